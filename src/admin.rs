@@ -1,0 +1,61 @@
+//! Operator actions on the broker that do not need the relay's configuration:
+//! creating a topic with a pinned queue count, and a round-trip test send.
+//! `scripts/stack` uses both to know the broker is really ready.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::event::OutboxEvent;
+use crate::publish::rocketmq::{Producer, ProducerSettings, PublishError, SendReceipt};
+
+/// How long a new topic may take to appear in the NameServer's route table.
+const ROUTE_DEADLINE: Duration = Duration::from_secs(30);
+
+fn settings(namesrv: &str) -> ProducerSettings {
+    ProducerSettings {
+        namesrv: namesrv.to_owned(),
+        group: "outbox-relay-admin".to_owned(),
+        send_timeout: Duration::from_secs(3),
+    }
+}
+
+/// Creates `topic` with `queues` queues on the brokers of `cluster` and waits until
+/// its route shows them all.
+pub async fn create_topic(namesrv: &str, cluster: &str, topic: &str, queues: u32) -> Result<(), PublishError> {
+    let producer = Producer::start(settings(namesrv)).await?;
+    let result = create_and_wait(&producer, cluster, topic, queues).await;
+    producer.shutdown().await;
+    result
+}
+
+async fn create_and_wait(producer: &Producer, cluster: &str, topic: &str, queues: u32) -> Result<(), PublishError> {
+    producer.create_topic(cluster, topic, queues).await?;
+    let deadline = tokio::time::Instant::now() + ROUTE_DEADLINE;
+    loop {
+        match producer.pinned_queues(topic, queues).await {
+            Ok(_) => return Ok(()),
+            Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Sends one probe message to queue 0 of `topic`; `Ok` only on SEND_OK.
+pub async fn ping(namesrv: &str, topic: &str, queues: u32) -> Result<SendReceipt, PublishError> {
+    let producer = Producer::start(settings(namesrv)).await?;
+    let result = async {
+        let queue = producer.pinned_queues(topic, queues).await?.swap_remove(0);
+        let probe = OutboxEvent {
+            id: 0,
+            event_id: format!("ping-{}", uuid::Uuid::now_v7()),
+            biz_key: "ping".to_owned(),
+            topic: topic.to_owned(),
+            payload: Bytes::from_static(b"{\"ping\":true}"),
+        };
+        producer.send_batch(&queue, std::slice::from_ref(&probe)).await
+    }
+    .await;
+    producer.shutdown().await;
+    result
+}

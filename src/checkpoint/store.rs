@@ -1,0 +1,124 @@
+//! The RocksDB file behind the checkpoint.
+
+use std::path::{Path, PathBuf};
+
+use rocksdb::{Options, WriteBatch, WriteOptions, DB};
+
+use super::Checkpoint;
+
+const KEY_CHECKPOINT: &[u8] = b"checkpoint";
+const KEY_FORMAT: &[u8] = b"format";
+const FORMAT_VERSION: &[u8] = b"1";
+
+/// Why the checkpoint could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("cannot open the checkpoint RocksDB at {path} (checkpoint.path): {detail}; if it is corrupt, move the directory aside: the relay then starts from the current binlog position and the sweep delivers every PENDING row")]
+    Open { path: PathBuf, detail: String },
+    #[error("checkpoint at {path} is unreadable ({detail}); move the directory aside to start fresh (the sweep delivers every PENDING row)")]
+    Corrupt { path: PathBuf, detail: String },
+    #[error("cannot write the checkpoint at {path}: {detail}; check the disk (space, permissions)")]
+    Write { path: PathBuf, detail: String },
+}
+
+/// The open checkpoint database.
+pub struct CheckpointStore {
+    db: DB,
+    path: PathBuf,
+}
+
+impl CheckpointStore {
+    /// Opens (creating if absent) the checkpoint at `path`.
+    pub fn open(path: &Path) -> Result<Self, CheckpointError> {
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.set_paranoid_checks(true);
+        options.set_keep_log_file_num(2);
+        let db = DB::open(&options, path)
+            .map_err(|e| CheckpointError::Open { path: path.to_owned(), detail: e.to_string() })?;
+        Ok(Self { db, path: path.to_owned() })
+    }
+
+    /// The saved checkpoint, or `None` on a fresh store.
+    pub fn load(&self) -> Result<Option<Checkpoint>, CheckpointError> {
+        let corrupt = |detail: String| CheckpointError::Corrupt { path: self.path.clone(), detail };
+        if let Some(format) = self.db.get(KEY_FORMAT).map_err(|e| corrupt(e.to_string()))? {
+            if format != FORMAT_VERSION {
+                return Err(corrupt(format!("unknown format version {:?}", String::from_utf8_lossy(&format))));
+            }
+        }
+        match self.db.get(KEY_CHECKPOINT).map_err(|e| corrupt(e.to_string()))? {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| corrupt(e.to_string())),
+        }
+    }
+
+    /// Saves `checkpoint` in one synced write batch (position and metadata together).
+    pub fn save(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointError> {
+        let write = |detail: String| CheckpointError::Write { path: self.path.clone(), detail };
+        let bytes = serde_json::to_vec(checkpoint).map_err(|e| write(e.to_string()))?;
+        let mut batch = WriteBatch::default();
+        batch.put(KEY_FORMAT, FORMAT_VERSION);
+        batch.put(KEY_CHECKPOINT, bytes);
+        let mut options = WriteOptions::default();
+        options.set_sync(true);
+        self.db.write_opt(batch, &options).map_err(|e| write(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::checkpoint::BinlogPosition;
+
+    fn temp_dir() -> PathBuf {
+        std::env::temp_dir().join(format!("outbox-relay-ckpt-{}", uuid::Uuid::now_v7().simple()))
+    }
+
+    fn sample() -> Checkpoint {
+        Checkpoint {
+            position: BinlogPosition { file: "mariadb-bin.000003".into(), pos: 4242, gtid: Some("0-1-17".into()) },
+            server_identity: "1@db".into(),
+            queue_counts: BTreeMap::from([("t-order-event".to_owned(), 8)]),
+        }
+    }
+
+    #[test]
+    fn save_then_reopen_loads_the_same_checkpoint() {
+        let dir = temp_dir();
+        {
+            let store = CheckpointStore::open(&dir).expect("open");
+            assert_eq!(store.load().expect("load"), None);
+            store.save(&sample()).expect("save");
+        }
+        let store = CheckpointStore::open(&dir).expect("reopen");
+        assert_eq!(store.load().expect("load"), Some(sample()));
+        drop(store);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn garbage_in_the_store_is_a_clear_corrupt_error() {
+        let dir = temp_dir();
+        {
+            let store = CheckpointStore::open(&dir).expect("open");
+            store.db.put(KEY_CHECKPOINT, b"{not json").expect("put");
+        }
+        let store = CheckpointStore::open(&dir).expect("reopen");
+        let error = store.load().expect_err("corrupt").to_string();
+        assert!(error.contains("unreadable") && error.contains("move the directory aside"), "{error}");
+        drop(store);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_file_where_the_directory_should_be_is_an_open_error() {
+        let path = temp_dir();
+        std::fs::write(&path, b"not a rocksdb").expect("write");
+        let error = CheckpointStore::open(&path).err().expect("open fails").to_string();
+        assert!(error.contains("checkpoint.path"), "{error}");
+        std::fs::remove_file(&path).ok();
+    }
+}

@@ -1,0 +1,111 @@
+//! Loading: TOML file, then `OUTBOX_RELAY__…` environment overrides, then validation.
+//!
+//! Every failure is a [`ConfigError`] whose one-line message names the file or
+//! variable, the key, the bad value and what is expected, so an operator can fix
+//! it without reading code.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::{Table, Value};
+
+use super::{validate, Config};
+
+/// Prefix of environment overrides: `OUTBOX_RELAY__SOURCE__URL` sets `source.url`.
+pub const ENV_PREFIX: &str = "OUTBOX_RELAY__";
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source} (pass an existing file with --config)")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path} is not valid TOML: {message}")]
+    Syntax { path: String, message: String },
+    #[error("environment variable {var}: {message}")]
+    Env { var: String, message: String },
+    #[error("config key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}
+
+impl ConfigError {
+    /// A value error for `key`: what was given and what is expected.
+    pub fn invalid(key: &str, value: impl std::fmt::Display, expected: &str) -> Self {
+        ConfigError::Invalid { key: key.to_owned(), message: format!("got {value}, expected {expected}") }
+    }
+}
+
+/// Loads `path`, applies environment overrides from the process environment, validates.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+    load_from_str(&text, &path.display().to_string(), std::env::vars())
+}
+
+/// Parses `text` (named `origin` in errors), applies `env` overrides, validates.
+pub fn load_from_str(
+    text: &str,
+    origin: &str,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Config, ConfigError> {
+    let mut table: Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Syntax {
+        path: origin.to_owned(),
+        message: e.message().to_owned() + &line_hint(text, e.span()),
+    })?;
+    for (var, value) in env {
+        if let Some(path) = var.strip_prefix(ENV_PREFIX) {
+            apply_override(&mut table, &var, path, &value)?;
+        }
+    }
+    let config: Config = serde_path_to_error::deserialize(Value::Table(table)).map_err(|e| {
+        let path = e.path().to_string();
+        describe(if path == "." { None } else { Some(path) }, &e.into_inner().to_string())
+    })?;
+    validate::validate(&config)?;
+    Ok(config)
+}
+
+/// One line naming the full key: "missing field `x`" at `a` becomes key `a.x`.
+fn describe(path: Option<String>, message: &str) -> ConfigError {
+    let message = message.lines().next().unwrap_or_default();
+    let missing = message.strip_prefix("missing field `").and_then(|rest| rest.strip_suffix('`'));
+    match (missing, path) {
+        (Some(field), Some(path)) => ConfigError::Invalid { key: format!("{path}.{field}"), message: "is required but missing".into() },
+        (Some(field), None) => ConfigError::Invalid { key: field.to_owned(), message: "is required but missing".into() },
+        (None, path) => ConfigError::Invalid { key: path.unwrap_or_else(|| "(top level)".into()), message: message.to_owned() },
+    }
+}
+
+fn line_hint(text: &str, span: Option<std::ops::Range<usize>>) -> String {
+    span.map(|s| format!(" (line {})", text[..s.start.min(text.len())].lines().count().max(1)))
+        .unwrap_or_default()
+}
+
+/// Sets `a.b.c` (from `A__B__C`) in `table`; the value is read as TOML when it parses
+/// (numbers, booleans, arrays), else taken as a plain string (URLs, names).
+fn apply_override(table: &mut Table, var: &str, path: &str, raw: &str) -> Result<(), ConfigError> {
+    let keys: Vec<String> = path.split("__").map(str::to_ascii_lowercase).collect();
+    let Some((last, parents)) = keys.split_last().filter(|_| !keys.iter().any(String::is_empty)) else {
+        return Err(ConfigError::Env {
+            var: var.to_owned(),
+            message: "empty key segment; use OUTBOX_RELAY__SECTION__KEY".to_owned(),
+        });
+    };
+    let mut node = table;
+    for key in parents {
+        let entry = node.entry(key.clone()).or_insert_with(|| Value::Table(Table::new()));
+        node = entry.as_table_mut().ok_or_else(|| ConfigError::Env {
+            var: var.to_owned(),
+            message: format!("`{key}` is a value, not a section"),
+        })?;
+    }
+    node.insert(last.clone(), parse_scalar(raw));
+    Ok(())
+}
+
+fn parse_scalar(raw: &str) -> Value {
+    #[derive(Deserialize)]
+    struct One {
+        v: Value,
+    }
+    toml::from_str::<One>(&format!("v = {raw}")).map_or_else(|_| Value::String(raw.to_owned()), |one| one.v)
+}

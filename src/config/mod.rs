@@ -1,0 +1,286 @@
+//! Relay configuration: the typed shape of `relay.toml`.
+//!
+//! Configuration comes from one TOML file plus environment overrides
+//! (`OUTBOX_RELAY__SECTION__KEY=value`, see [`load`]). Every section rejects unknown
+//! keys, so a typo is an error at start-up instead of a silently ignored setting.
+//! Database URLs are [`DbUrl`]s whose `Debug`/`Display`/serialised forms never show
+//! the password, so a config dump or a log line cannot leak it.
+
+mod db_url;
+mod load;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use db_url::DbUrl;
+pub use load::{load, load_from_str, ConfigError, ENV_PREFIX};
+
+/// How the relay finds new outbox rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Tail the source's binlog; the sweep is only the slow fallback.
+    Binlog,
+    /// Poll the outbox table alone (servers without binlog access).
+    Poll,
+}
+
+/// Which queue-selection function maps a biz_key to a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HashFunction {
+    /// The relay's documented stable hash (see the README).
+    Stable,
+    /// The Java client's `SelectMessageQueueByHash`: `abs(String.hashCode()) % n`.
+    JavaStringHash,
+}
+
+/// The whole relay configuration.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default = "defaults::mode")]
+    pub mode: Mode,
+    pub source: SourceConfig,
+    pub primary: PrimaryConfig,
+    #[serde(default)]
+    pub outbox: OutboxConfig,
+    pub rocketmq: RocketMqConfig,
+    #[serde(default)]
+    pub lanes: LanesConfig,
+    #[serde(default)]
+    pub retry: RetryConfig,
+    #[serde(default)]
+    pub sweep: SweepConfig,
+    pub checkpoint: CheckpointConfig,
+    #[serde(default)]
+    pub http: HttpConfig,
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+/// The server whose binlog is tailed (a replica in production).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// `mysql://user:password@host:port/` of a user with REPLICATION SLAVE/CLIENT.
+    pub url: DbUrl,
+    /// The replica server_id the relay registers with; unique among the source's replicas.
+    pub server_id: u32,
+    /// Replication heartbeat period: a connection silent for 3 periods is reconnected.
+    #[serde(default = "defaults::heartbeat_ms")]
+    pub heartbeat_ms: u64,
+}
+
+/// The primary, where statuses are written, the sweep claims rows and the lease lives.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrimaryConfig {
+    pub url: DbUrl,
+    #[serde(default = "defaults::pool_max")]
+    pub pool_max: usize,
+}
+
+/// Where the outbox table lives.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OutboxConfig {
+    /// Schema (database) of the outbox table; defaults to the primary URL's database.
+    pub schema: Option<String>,
+    pub table: String,
+}
+
+/// One topic the relay publishes to, with its pinned queue count.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicConfig {
+    /// Pinned number of queues. Routing is `hash(biz_key) % queue_count`; it never
+    /// follows the live route list, which shrinks while a broker is down.
+    pub queue_count: u32,
+}
+
+/// The RocketMQ cluster.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RocketMqConfig {
+    /// NameServer address list, `host:port;host:port`.
+    pub namesrv: String,
+    #[serde(default = "defaults::producer_group")]
+    pub producer_group: String,
+    #[serde(default = "defaults::send_timeout_ms")]
+    pub send_timeout_ms: u64,
+    /// The broker's maxMessageSize; larger bodies are FAILED at once.
+    #[serde(default = "defaults::max_message_bytes")]
+    pub max_message_bytes: usize,
+    #[serde(default = "defaults::hash")]
+    pub hash: HashFunction,
+    /// Topics with pinned queue counts, keyed by topic name.
+    #[serde(default)]
+    pub topics: BTreeMap<String, TopicConfig>,
+}
+
+/// The ordered per-queue senders.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LanesConfig {
+    /// Most events in one synchronous batch send.
+    pub batch_size: usize,
+    /// How long a lane waits to fill a batch once it holds one event.
+    pub linger_ms: u64,
+    /// Cap on events read but not yet acknowledged; the binlog reader waits when reached.
+    pub max_in_flight: usize,
+}
+
+/// Retry and backoff for sends that did not get SEND_OK.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetryConfig {
+    pub max_retry: u32,
+    pub backoff_initial_ms: u64,
+    pub backoff_max_ms: u64,
+}
+
+/// The polling sweep (fallback in binlog mode, the whole relay in poll mode).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SweepConfig {
+    pub interval_ms: u64,
+    pub batch: usize,
+    /// Rows newer than the binlog watermark minus this are left to the binlog path.
+    pub grace_ms: u64,
+    /// How long a claimed (SENDING) row belongs to its claimer.
+    pub lease_ms: u64,
+    /// Binlog path down this long: the sweep takes over.
+    pub takeover_after_ms: u64,
+}
+
+/// The local RocksDB checkpoint.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointConfig {
+    pub path: PathBuf,
+    #[serde(default = "defaults::checkpoint_interval_ms")]
+    pub interval_ms: u64,
+}
+
+/// The metrics and health endpoint.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    pub listen: String,
+}
+
+/// Log output.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: LogFormat,
+    /// A tracing filter, e.g. `info` or `outbox_relay=debug,info`.
+    pub level: String,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Config {
+    /// The schema holding the outbox table: `outbox.schema`, else the primary URL's database.
+    pub fn outbox_schema(&self) -> Option<&str> {
+        self.outbox.schema.as_deref().or_else(|| self.primary.url.database())
+    }
+}
+
+impl RetryConfig {
+    pub fn backoff_initial(&self) -> Duration {
+        Duration::from_millis(self.backoff_initial_ms)
+    }
+    pub fn backoff_max(&self) -> Duration {
+        Duration::from_millis(self.backoff_max_ms)
+    }
+}
+
+impl Default for OutboxConfig {
+    fn default() -> Self {
+        Self { schema: None, table: defaults::table() }
+    }
+}
+
+impl Default for LanesConfig {
+    fn default() -> Self {
+        Self { batch_size: 64, linger_ms: 1, max_in_flight: 20_000 }
+    }
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self { max_retry: 8, backoff_initial_ms: 1_000, backoff_max_ms: 300_000 }
+    }
+}
+
+impl Default for SweepConfig {
+    fn default() -> Self {
+        Self {
+            interval_ms: 30_000,
+            batch: 100,
+            grace_ms: 60_000,
+            lease_ms: 30_000,
+            takeover_after_ms: 60_000,
+        }
+    }
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self { listen: "127.0.0.1:9464".to_owned() }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { format: LogFormat::Text, level: "info".to_owned() }
+    }
+}
+
+mod defaults {
+    use super::{HashFunction, Mode};
+
+    pub fn mode() -> Mode {
+        Mode::Binlog
+    }
+    pub fn heartbeat_ms() -> u64 {
+        5_000
+    }
+    pub fn pool_max() -> usize {
+        8
+    }
+    pub fn table() -> String {
+        "outbox_event".to_owned()
+    }
+    pub fn producer_group() -> String {
+        "outbox-relay".to_owned()
+    }
+    pub fn send_timeout_ms() -> u64 {
+        3_000
+    }
+    pub fn max_message_bytes() -> usize {
+        4 * 1024 * 1024
+    }
+    pub fn hash() -> HashFunction {
+        HashFunction::Stable
+    }
+    pub fn checkpoint_interval_ms() -> u64 {
+        1_000
+    }
+}

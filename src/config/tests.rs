@@ -1,0 +1,106 @@
+//! Config parsing and validation: the example file loads, and each kind of mistake
+//! produces an error that names the key.
+
+use super::*;
+
+const EXAMPLE: &str = include_str!("../../config/relay.toml");
+
+fn load_with(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    load_from_str(text, "test.toml", env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+}
+
+fn error_of(text: &str, env: &[(&str, &str)]) -> String {
+    match load_with(text, env) {
+        Ok(_) => panic!("expected a config error"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn example_config_loads_with_documented_values() {
+    let config = load_with(EXAMPLE, &[]).expect("example config is valid");
+    assert_eq!(config.mode, Mode::Binlog);
+    assert_eq!(config.source.server_id, 4242);
+    assert_eq!(config.rocketmq.topics["t-order-event"].queue_count, 8);
+    assert_eq!(config.retry.max_retry, 8);
+    assert_eq!(config.outbox_schema(), Some("app"));
+}
+
+#[test]
+fn env_override_replaces_file_values_with_typed_values() {
+    let config = load_with(
+        EXAMPLE,
+        &[("OUTBOX_RELAY__SOURCE__SERVER_ID", "77"), ("OUTBOX_RELAY__PRIMARY__URL", "mysql://w:pw@db.example:3306/shop")],
+    )
+    .expect("overrides are valid");
+    assert_eq!(config.source.server_id, 77);
+    assert_eq!(config.primary.url.address(), "db.example:3306");
+    assert_eq!(config.outbox_schema(), Some("shop"));
+}
+
+#[test]
+fn missing_key_names_the_section_and_the_field() {
+    let text = EXAMPLE.replace("server_id = 4242", "");
+    let message = error_of(&text, &[]);
+    assert!(message.contains("`source.server_id`") && message.contains("missing"), "{message}");
+}
+
+#[test]
+fn wrong_type_names_the_key_and_expected_type() {
+    let text = EXAMPLE.replace("server_id = 4242", "server_id = \"abc\"");
+    let message = error_of(&text, &[]);
+    assert!(message.contains("source.server_id") && message.contains("u32"), "{message}");
+}
+
+#[test]
+fn unknown_key_is_rejected_with_its_name() {
+    let text = EXAMPLE.replace("batch_size = 64", "batch_size = 64\nbatchsize = 3");
+    let message = error_of(&text, &[]);
+    assert!(message.contains("batchsize"), "{message}");
+}
+
+#[test]
+fn out_of_range_value_names_key_value_and_expectation() {
+    let text = EXAMPLE.replace("queue_count = 8", "queue_count = 0");
+    let message = error_of(&text, &[]);
+    assert!(message.contains("rocketmq.topics.t-order-event.queue_count") && message.contains("got 0"), "{message}");
+}
+
+#[test]
+fn syntax_error_names_the_file_and_line() {
+    let message = error_of("mode = \n[source", &[]);
+    assert!(message.contains("test.toml") && message.contains("line"), "{message}");
+}
+
+#[test]
+fn bad_url_is_rejected_without_printing_the_password() {
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__PRIMARY__URL", "postgres://w:topsecret@db:5432/app")]);
+    assert!(message.contains("primary.url"), "{message}");
+    assert!(!message.contains("topsecret"), "password leaked: {message}");
+}
+
+#[test]
+fn config_dump_and_debug_redact_passwords() {
+    let config = load_with(EXAMPLE, &[]).expect("example config is valid");
+    let dump = toml::to_string(&config).expect("config serialises");
+    let debug = format!("{config:?}");
+    for text in [&dump, &debug] {
+        assert!(!text.contains("repl-secret") && !text.contains("writer-secret"), "password leaked: {text}");
+        assert!(text.contains("outbox_repl:***@127.0.0.1:13306"), "{text}");
+    }
+}
+
+#[test]
+fn malformed_env_override_names_the_variable() {
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__SOURCE____URL", "x")]);
+    assert!(message.contains("OUTBOX_RELAY__SOURCE____URL"), "{message}");
+}
+
+#[test]
+fn db_url_parts() {
+    let url = DbUrl::new("mysql://u:p@h:1/db?x=1");
+    assert_eq!(url.address(), "h:1");
+    assert_eq!(url.database(), Some("db"));
+    assert_eq!(url.redacted(), "mysql://u:***@h:1/db?x=1");
+    assert_eq!(DbUrl::new("mysql://h:1/").database(), None);
+}

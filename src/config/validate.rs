@@ -1,0 +1,88 @@
+//! Semantic checks that types alone cannot express (ranges, URL shapes, names).
+
+use super::{Config, ConfigError, DbUrl};
+
+/// Checks every value the relay relies on; the first problem is returned.
+pub fn validate(config: &Config) -> Result<(), ConfigError> {
+    check_db_url("source.url", &config.source.url)?;
+    check_db_url("primary.url", &config.primary.url)?;
+    if config.source.server_id == 0 {
+        return Err(ConfigError::invalid("source.server_id", 0, "a non-zero replica server_id unique among the source's replicas"));
+    }
+    at_least("source.heartbeat_ms", config.source.heartbeat_ms, 100)?;
+    at_least("primary.pool_max", config.primary.pool_max as u64, 1)?;
+    check_identifier("outbox.table", &config.outbox.table)?;
+    match config.outbox_schema() {
+        Some(schema) => check_identifier("outbox.schema", schema)?,
+        None => {
+            return Err(ConfigError::invalid(
+                "outbox.schema",
+                "nothing",
+                "a schema name, or a database in primary.url (mysql://user:pass@host:3306/app)",
+            ))
+        }
+    }
+    check_rocketmq(config)?;
+    at_least("lanes.batch_size", config.lanes.batch_size as u64, 1)?;
+    at_least("lanes.max_in_flight", config.lanes.max_in_flight as u64, config.lanes.batch_size as u64)?;
+    at_least("retry.backoff_initial_ms", config.retry.backoff_initial_ms, 1)?;
+    at_least("retry.backoff_max_ms", config.retry.backoff_max_ms, config.retry.backoff_initial_ms)?;
+    at_least("sweep.interval_ms", config.sweep.interval_ms, 10)?;
+    at_least("sweep.batch", config.sweep.batch as u64, 1)?;
+    at_least("sweep.lease_ms", config.sweep.lease_ms, 1_000)?;
+    at_least("checkpoint.interval_ms", config.checkpoint.interval_ms, 1)?;
+    if config.checkpoint.path.as_os_str().is_empty() {
+        return Err(ConfigError::invalid("checkpoint.path", "\"\"", "a directory path for the RocksDB checkpoint"));
+    }
+    if config.http.listen.parse::<std::net::SocketAddr>().is_err() {
+        return Err(ConfigError::invalid("http.listen", format!("{:?}", config.http.listen), "ip:port, e.g. 127.0.0.1:9464"));
+    }
+    if tracing_subscriber::EnvFilter::try_new(&config.log.level).is_err() {
+        return Err(ConfigError::invalid("log.level", format!("{:?}", config.log.level), "a tracing filter such as info or outbox_relay=debug,info"));
+    }
+    Ok(())
+}
+
+fn check_rocketmq(config: &Config) -> Result<(), ConfigError> {
+    let mq = &config.rocketmq;
+    let addresses_ok = !mq.namesrv.is_empty()
+        && mq.namesrv.split(';').all(|a| a.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()));
+    if !addresses_ok {
+        return Err(ConfigError::invalid("rocketmq.namesrv", format!("{:?}", mq.namesrv), "host:port[;host:port...]"));
+    }
+    if mq.producer_group.is_empty() {
+        return Err(ConfigError::invalid("rocketmq.producer_group", "\"\"", "a producer group name"));
+    }
+    at_least("rocketmq.send_timeout_ms", mq.send_timeout_ms, 10)?;
+    at_least("rocketmq.max_message_bytes", mq.max_message_bytes as u64, 1)?;
+    for (topic, topic_config) in &mq.topics {
+        let key = format!("rocketmq.topics.{topic}.queue_count");
+        if topic_config.queue_count == 0 || topic_config.queue_count > 1024 {
+            return Err(ConfigError::invalid(&key, topic_config.queue_count, "1..=1024"));
+        }
+    }
+    Ok(())
+}
+
+fn check_db_url(key: &str, url: &DbUrl) -> Result<(), ConfigError> {
+    mysql_async::Opts::from_url(url.expose()).map(drop).map_err(|e| {
+        ConfigError::invalid(key, url, &format!("mysql://user:password@host:port/database ({e})"))
+    })
+}
+
+fn check_identifier(key: &str, name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(key, format!("{name:?}"), "a MySQL identifier of letters, digits, _ or $ (1..=64 chars)"))
+    }
+}
+
+fn at_least(key: &str, value: u64, min: u64) -> Result<(), ConfigError> {
+    if value >= min {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(key, value, &format!("at least {min}")))
+    }
+}

@@ -1,0 +1,46 @@
+//! Opening the two database connections (`source` and `primary`) with errors that
+//! name the role, the address and the config key to fix.
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+
+use crate::config::DbUrl;
+
+/// How long opening the first connection may take before the database counts as down.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a database could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("cannot reach the {role} database at {address} (config key {role}.url): {reason}; check that the server is up and the address and credentials are right")]
+    Unreachable { role: &'static str, address: String, reason: String },
+    #[error("{role} database at {address}: {source}")]
+    Query { role: &'static str, address: String, source: mysql_async::Error },
+}
+
+/// A pool for one database role, checked with a round trip before it is returned.
+pub async fn connect(role: &'static str, url: &DbUrl, pool_max: usize) -> Result<Pool, DbError> {
+    let unreachable = |reason: String| DbError::Unreachable { role, address: url.address().to_owned(), reason };
+    let opts = Opts::from_url(url.expose()).map_err(|e| unreachable(e.to_string()))?;
+    let constraints = PoolConstraints::new(0, pool_max.max(1)).unwrap_or_default();
+    let opts = OptsBuilder::from_opts(opts).pool_opts(PoolOpts::default().with_constraints(constraints));
+    let pool = Pool::new(opts);
+    let ping = async {
+        let mut conn = pool.get_conn().await?;
+        conn.ping().await
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, ping).await {
+        Ok(Ok(())) => Ok(pool),
+        Ok(Err(e)) => Err(unreachable(e.to_string())),
+        Err(_) => Err(unreachable(format!("no answer within {CONNECT_TIMEOUT:?}"))),
+    }
+}
+
+impl DbError {
+    /// Wraps a query failure on `role`'s database.
+    pub fn query(role: &'static str, url: &DbUrl, source: mysql_async::Error) -> Self {
+        DbError::Query { role, address: url.address().to_owned(), source }
+    }
+}

@@ -1,0 +1,34 @@
+//! outbox-relay: relays transactional-outbox rows from the MySQL/MariaDB binlog to
+//! RocketMQ. Applications commit a business change and an outbox row in one local
+//! transaction; the relay publishes each row synchronously (only SEND_OK counts),
+//! routes by `hash(biz_key)` so one key stays ordered, and checkpoints its binlog
+//! position only after the acknowledgement.
+//!
+//! The binary `outbox-relay` is a thin shell over this library:
+//! - [`config`]: the typed, validated configuration;
+//! - [`db`]: the source and primary connections;
+//! - [`source`]: the binlog reader and decoder (committed outbox INSERTs);
+//! - [`route`]: `hash(biz_key) % queue_count`;
+//! - [`publish`]: the RocketMQ producer and the ordered per-queue lanes;
+//! - [`ack`]: the acknowledged prefix that the [`checkpoint`] may advance to;
+//! - [`store`]: SQL on the primary (schema migrations, status updates);
+//! - [`relay`]: the pipeline's wiring;
+//! - [`backoff`]: the one exponential backoff;
+//! - [`admin`]: operator actions on the broker (create topic, test send);
+//! - [`exit`]: which exit code an error maps to.
+
+#![recursion_limit = "512"]
+
+pub mod ack;
+pub mod admin;
+pub mod backoff;
+pub mod checkpoint;
+pub mod config;
+pub mod db;
+pub mod event;
+pub mod exit;
+pub mod publish;
+pub mod relay;
+pub mod route;
+pub mod source;
+pub mod store;

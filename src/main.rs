@@ -1,0 +1,174 @@
+//! The `outbox-relay` command: parses arguments, sets up logging, calls the library,
+//! and turns a failure into one readable line and an exit code (see `exit`).
+#![recursion_limit = "512"]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use outbox_relay::config::{self, Config, DbUrl, LogFormat};
+use outbox_relay::relay::{self, outbox_table};
+use outbox_relay::store;
+use outbox_relay::{admin, db, exit};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(name = "outbox-relay", version, about = "Relays transactional-outbox events from the MySQL binlog to RocketMQ")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct ConfigArg {
+    /// Configuration file (TOML); OUTBOX_RELAY__SECTION__KEY variables override it.
+    #[arg(long, short, env = "OUTBOX_RELAY_CONFIG", default_value = "config/relay.toml")]
+    config: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the relay.
+    Run(ConfigArg),
+    /// Create or upgrade the outbox table and the relay's tables (idempotent).
+    Migrate {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Run the DDL as this user instead of primary.url (one with CREATE and ALTER).
+        #[arg(long)]
+        admin_url: Option<String>,
+    },
+    /// Print the effective configuration (file + environment), passwords redacted.
+    Config(ConfigArg),
+    /// Broker operations that need no relay configuration.
+    #[command(subcommand)]
+    Admin(AdminCommand),
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Create a topic with a pinned number of queues and wait until it is routable.
+    CreateTopic {
+        #[arg(long)]
+        namesrv: String,
+        /// The broker cluster to create it on.
+        #[arg(long, default_value = "DefaultCluster")]
+        cluster: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        queues: u32,
+    },
+    /// Send one probe message to queue 0 of a topic; succeeds only on SEND_OK.
+    Ping {
+        #[arg(long)]
+        namesrv: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        queues: u32,
+    },
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            let code = exit::code_for(error.as_ref());
+            tracing::error!(exit_code = code, "{error:#}");
+            eprintln!("outbox-relay: error: {error:#}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    match cli.command {
+        Command::Config(arg) => print_config(&load_config(&arg)?),
+        Command::Migrate { config, admin_url } => runtime.block_on(migrate(&load_config(&config)?, admin_url)),
+        Command::Run(arg) => runtime.block_on(run_relay(&load_config(&arg)?)),
+        Command::Admin(command) => {
+            init_logging("warn", LogFormat::Text);
+            runtime.block_on(run_admin(command))
+        }
+    }
+}
+
+fn load_config(arg: &ConfigArg) -> anyhow::Result<Config> {
+    let config = config::load(&arg.config)?;
+    init_logging(&config.log.level, config.log.format);
+    Ok(config)
+}
+
+fn print_config(config: &Config) -> anyhow::Result<()> {
+    print!("{}", toml::to_string_pretty(config).context("cannot render the configuration")?);
+    Ok(())
+}
+
+async fn migrate(config: &Config, admin_url: Option<String>) -> anyhow::Result<()> {
+    let url = admin_url.map_or_else(|| config.primary.url.clone(), DbUrl::new);
+    let pool = db::connect("primary", &url, 1).await?;
+    let outbox = outbox_table(config);
+    let report = store::migrate(&pool, &outbox)
+        .await
+        .map_err(|e| db::DbError::query("primary", &url, e))
+        .with_context(|| format!("migrating {} failed (the user needs CREATE and ALTER; see --admin-url)", outbox.qualified()))?;
+    tracing::info!(outbox_created = report.outbox_created, applied = ?report.applied, columns_added = ?report.columns_added, table = %outbox.qualified(), "migrate finished");
+    pool.disconnect().await.ok();
+    Ok(())
+}
+
+async fn run_relay(config: &Config) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    relay::run(config, shutdown).await?;
+    tracing::info!("relay stopped");
+    Ok(())
+}
+
+/// Cancels `shutdown` on SIGINT or SIGTERM: the relay drains and checkpoints, exit 0.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+    tracing::info!("stop requested: draining in-flight sends, then checkpointing");
+    shutdown.cancel();
+}
+
+async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
+    match command {
+        AdminCommand::CreateTopic { namesrv, cluster, topic, queues } => {
+            admin::create_topic(&namesrv, &cluster, &topic, queues).await.with_context(|| format!("create topic {topic} via {namesrv}"))?;
+            println!("topic {topic} ready with {queues} queues");
+        }
+        AdminCommand::Ping { namesrv, topic, queues } => {
+            let receipt = admin::ping(&namesrv, &topic, queues).await.with_context(|| format!("ping {topic} via {namesrv}"))?;
+            println!("SEND_OK msg_id={}", receipt.msg_ids.join(","));
+        }
+    }
+    Ok(())
+}
+
+fn init_logging(level: &str, format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}

@@ -1,0 +1,153 @@
+//! A started RocketMQ producer that sends synchronous batches to one chosen queue.
+//!
+//! Queue choice is the caller's (the lanes route by `hash(biz_key) % queue_count`),
+//! so the client's own retries to "another queue" are turned off: a retry to another
+//! queue would break per-key order. A send counts only when the broker answers
+//! SEND_OK; everything else is a [`PublishError`].
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rocketmq_client_rust::DefaultMQProducer;
+use rocketmq_model::common::message::message_ext::MessageExt;
+use rocketmq_model::common::message::message_queue::MessageQueue;
+use rocketmq_model::result::SendStatus;
+
+use super::{client_config, prepare, ClientHost, Prepared, PublishError};
+use crate::event::OutboxEvent;
+
+/// What the producer needs to connect.
+#[derive(Debug, Clone)]
+pub struct ProducerSettings {
+    /// NameServer list, `host:port;host:port`.
+    pub namesrv: String,
+    pub group: String,
+    pub send_timeout: Duration,
+}
+
+/// Proof of a SEND_OK: the broker's message ids, one per event in send order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendReceipt {
+    pub msg_ids: Vec<String>,
+    pub queue_offset: u64,
+}
+
+/// A started producer and the client runtime it runs on.
+pub struct Producer {
+    host: ClientHost,
+    producer: DefaultMQProducer,
+    settings: ProducerSettings,
+}
+
+impl Producer {
+    /// Starts a producer; fails with the NameServer address when it cannot.
+    pub async fn start(settings: ProducerSettings) -> Result<Self, PublishError> {
+        let host = ClientHost::start("rocketmq-producer")?;
+        let mut producer = DefaultMQProducer::builder(host.runtime())
+            .client_config(client_config(&settings.namesrv))
+            .producer_group(settings.group.clone())
+            .name_server_addr(settings.namesrv.clone())
+            .send_msg_timeout(millis_u32(settings.send_timeout))
+            .retry_times_when_send_failed(0)
+            .retry_another_broker_when_not_store_ok(false)
+            .build();
+        if let Err(e) = producer.start().await {
+            host.shutdown().await;
+            return Err(PublishError::from_client("start producer", &e));
+        }
+        Ok(Self { host, producer, settings })
+    }
+
+    /// The topic's writable queues in a stable order (broker name, queue id), checked
+    /// against the pinned count: index `i` is the queue that `hash % count == i` goes to.
+    pub async fn pinned_queues(&self, topic: &str, pinned: u32) -> Result<Vec<MessageQueue>, PublishError> {
+        let queues = self.live_queues(topic).await.map_err(|e| missing_topic_or(topic, pinned, e))?;
+        if queues.is_empty() {
+            return Err(PublishError::TopicMissing { topic: topic.to_owned(), queue_count: pinned });
+        }
+        if queues.len() != pinned as usize {
+            return Err(PublishError::QueueCountMismatch { topic: topic.to_owned(), pinned, live: queues.len() });
+        }
+        Ok(queues)
+    }
+
+    /// The topic's writable queues as the NameServer reports them now, sorted by
+    /// (broker name, queue id).
+    pub async fn live_queues(&self, topic: &str) -> Result<Vec<MessageQueue>, PublishError> {
+        // The client's admin calls take `&mut`; a clone shares the started producer.
+        let mut queues = self
+            .producer
+            .clone()
+            .fetch_publish_message_queues(topic)
+            .await
+            .map_err(|e| PublishError::from_client("fetch topic route", &e))?;
+        queues.sort_by(|a, b| (a.broker_name(), a.queue_id()).cmp(&(b.broker_name(), b.queue_id())));
+        Ok(queues)
+    }
+
+    /// Creates (or updates) `topic` with `queue_count` read and write queues on every
+    /// broker that serves the existing topic `key`. Every broker registers a topic
+    /// named after its cluster (e.g. `DefaultCluster`), which works even with
+    /// `autoCreateTopicEnable = false`, when the usual `TBW102` key does not exist.
+    pub async fn create_topic(&self, key: &str, topic: &str, queue_count: u32) -> Result<(), PublishError> {
+        let count = i32::try_from(queue_count).unwrap_or(i32::MAX);
+        self.producer
+            .clone()
+            .create_topic(key, topic, count, HashMap::new())
+            .await
+            .map_err(|e| PublishError::from_client("create topic", &e))
+    }
+
+    /// Sends `events` as one synchronous batch to `queue`. `Ok` only on SEND_OK.
+    pub async fn send_batch(&self, queue: &MessageQueue, events: &[OutboxEvent]) -> Result<SendReceipt, PublishError> {
+        self.send(queue, &prepare(events)?).await
+    }
+
+    /// Sends a prepared batch to `queue` (again, on a retry). `Ok` only on SEND_OK.
+    pub async fn send(&self, queue: &MessageQueue, batch: &Prepared) -> Result<SendReceipt, PublishError> {
+        let timeout = u64::try_from(self.settings.send_timeout.as_millis()).unwrap_or(u64::MAX);
+        let result = self
+            .producer
+            .send_batch_to_queue_with_timeout(batch.messages.clone(), queue.clone(), timeout)
+            .await
+            .map_err(|e| PublishError::from_client("send", &e))?;
+        if result.send_status != SendStatus::SendOk {
+            return Err(PublishError::NotSendOk { status: result.send_status.to_string() });
+        }
+        Ok(SendReceipt { msg_ids: batch.msg_ids.clone(), queue_offset: result.queue_offset })
+    }
+
+    /// Messages of `topic` whose KEYS hold `key`, from the broker's key index (what
+    /// `mqadmin queryMsgByKey` does): proof that an event reached the broker.
+    pub async fn find_by_key(&self, topic: &str, key: &str) -> Result<Vec<MessageExt>, PublishError> {
+        let end = u64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(60_000);
+        let result = self
+            .producer
+            .clone()
+            .query_message(topic, key, 32, 0, end)
+            .await
+            .map_err(|e| PublishError::from_client("query message by key", &e))?;
+        Ok(result.message_list().clone())
+    }
+
+    /// Stops the producer and its client runtime.
+    pub async fn shutdown(mut self) {
+        self.producer.shutdown().await;
+        self.host.shutdown().await;
+    }
+}
+
+fn missing_topic_or(topic: &str, pinned: u32, error: PublishError) -> PublishError {
+    match &error {
+        PublishError::Client { detail, .. } if detail.contains("No route") || detail.contains("route info") => {
+            PublishError::TopicMissing { topic: topic.to_owned(), queue_count: pinned }
+        }
+        _ => error,
+    }
+}
+
+fn millis_u32(duration: Duration) -> u32 {
+    u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
+}

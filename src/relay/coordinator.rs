@@ -1,0 +1,233 @@
+//! The coordinator: the one task that sees every transaction and every ack.
+//!
+//! It registers each source transaction with the ack tracker, routes its events to
+//! the lane of `hash(biz_key) % queue_count` (starting lanes on first use), takes the
+//! lanes' reports, forwards SENT rows to the status writer, gives in-flight permits
+//! back as the acknowledged prefix grows, and writes the checkpoint at most every
+//! `checkpoint.interval`. Nothing else writes the checkpoint.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use super::RelayError;
+use crate::ack::AckTracker;
+use crate::checkpoint::{BinlogPosition, Checkpoint, CheckpointStore};
+use crate::config::HashFunction;
+use crate::publish::lane::{run_failing, Lane, LaneEvent, LaneReport, LaneSettings, Outcome};
+use crate::publish::rocketmq::{Producer, PublishError};
+use crate::route::queue_for;
+use crate::source::binlog::Reader;
+use crate::source::SourceTx;
+use crate::store::{Sent, StatusStore};
+
+/// How long shutdown waits for in-flight sends before the final checkpoint.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often progress is logged.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// Where a topic's events go.
+enum TopicLanes {
+    /// One sender per queue index.
+    Queues(Vec<mpsc::UnboundedSender<LaneEvent>>),
+    /// The topic cannot be sent to: every event is FAILED.
+    Failing(mpsc::UnboundedSender<LaneEvent>),
+}
+
+/// Counters for the progress log.
+#[derive(Default)]
+struct Progress {
+    sent: u64,
+    failed: u64,
+}
+
+/// Everything the coordinator owns.
+pub struct Coordinator {
+    pub tracker: AckTracker<BinlogPosition>,
+    pub checkpoint: Checkpoint,
+    pub store: CheckpointStore,
+    pub checkpoint_every: Duration,
+    pub producer: Arc<Producer>,
+    pub hash: HashFunction,
+    /// Pinned queue counts from configuration (they win over the checkpoint).
+    pub configured: HashMap<String, u32>,
+    pub permits: Arc<Semaphore>,
+    pub max_in_flight: usize,
+    pub status: StatusStore,
+    pub lane_settings: Arc<LaneSettings>,
+    pub sent: mpsc::UnboundedSender<Sent>,
+    pub shutdown: CancellationToken,
+}
+
+/// The coordinator's inputs.
+pub struct Inputs {
+    pub source: mpsc::Receiver<SourceTx>,
+    pub reports: mpsc::UnboundedReceiver<Vec<LaneReport>>,
+    pub reports_tx: mpsc::UnboundedSender<Vec<LaneReport>>,
+}
+
+impl Coordinator {
+    /// Runs until shutdown or the end of the source; then drains and checkpoints.
+    pub async fn run(mut self, mut inputs: Inputs) -> Result<(), RelayError> {
+        let mut topics: HashMap<String, TopicLanes> = HashMap::new();
+        let mut progress = Progress::default();
+        let mut tick = tokio::time::interval(self.checkpoint_every);
+        let mut progress_tick = tokio::time::interval(PROGRESS_EVERY);
+        let mut dirty = false;
+        loop {
+            tokio::select! {
+                biased;
+                Some(reports) = inputs.reports.recv() => dirty |= self.on_reports(reports, &mut progress),
+                tx = inputs.source.recv() => match tx {
+                    Some(tx) => dirty |= self.on_tx(tx, &mut topics, &inputs.reports_tx).await?,
+                    None => break,
+                },
+                _ = tick.tick() => if std::mem::take(&mut dirty) { self.store.save(&self.checkpoint)?; },
+                _ = progress_tick.tick() => self.log_progress(&progress),
+                () = self.shutdown.cancelled() => break,
+            }
+        }
+        self.drain(&mut inputs.reports, &mut progress).await;
+        self.store.save(&self.checkpoint)?;
+        self.log_progress(&progress);
+        Ok(())
+    }
+
+    /// Registers `tx` and routes its events. Returns whether the watermark moved.
+    async fn on_tx(
+        &mut self,
+        tx: SourceTx,
+        topics: &mut HashMap<String, TopicLanes>,
+        reports: &mpsc::UnboundedSender<Vec<LaneReport>>,
+    ) -> Result<bool, RelayError> {
+        let permits = Reader::permits_for(tx.events.len(), self.max_in_flight);
+        let seq = self.tracker.register(tx.events.len(), permits, tx.end);
+        for event in tx.events {
+            if !topics.contains_key(&event.topic) {
+                let lanes = self.start_topic(&event.topic, reports).await?;
+                topics.insert(event.topic.clone(), lanes);
+            }
+            let lane = match &topics[&event.topic] {
+                TopicLanes::Queues(lanes) => {
+                    let count = u32::try_from(lanes.len()).unwrap_or(u32::MAX);
+                    &lanes[queue_for(self.hash, &event.biz_key, count) as usize]
+                }
+                TopicLanes::Failing(lane) => lane,
+            };
+            // A lane only stops at shutdown; its events then stay unacknowledged.
+            let _ = lane.send(LaneEvent { tx_seq: seq, event });
+        }
+        Ok(self.advance())
+    }
+
+    /// Applies lane reports. Returns whether the watermark moved.
+    fn on_reports(&mut self, reports: Vec<LaneReport>, progress: &mut Progress) -> bool {
+        for report in reports {
+            self.tracker.ack(report.tx_seq);
+            match report.outcome {
+                Outcome::Sent { msg_id } => {
+                    progress.sent += 1;
+                    let _ = self.sent.send(Sent { id: report.id, msg_id });
+                }
+                Outcome::Failed => progress.failed += 1,
+            }
+        }
+        self.advance()
+    }
+
+    fn advance(&mut self) -> bool {
+        let advance = self.tracker.advance();
+        if advance.permits > 0 {
+            self.permits.add_permits(advance.permits);
+        }
+        match advance.end {
+            Some(end) => {
+                self.checkpoint.position = end;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Resolves a topic's pinned queues and starts its lanes.
+    async fn start_topic(&mut self, topic: &str, reports: &mpsc::UnboundedSender<Vec<LaneReport>>) -> Result<TopicLanes, RelayError> {
+        let pinned = self.configured.get(topic).or_else(|| self.checkpoint.queue_counts.get(topic)).copied();
+        let queues = match pinned {
+            Some(count) => self.producer.pinned_queues(topic, count).await,
+            None => self.producer.live_queues(topic).await,
+        };
+        match queues {
+            Ok(queues) if !queues.is_empty() => {
+                let count = u32::try_from(queues.len()).unwrap_or(u32::MAX);
+                if self.checkpoint.queue_counts.insert(topic.to_owned(), count).is_none() {
+                    // Pin before the first send of this topic, so a restart routes the same way.
+                    self.store.save(&self.checkpoint)?;
+                    tracing::info!(topic, queue_count = count, "pinned queue count");
+                }
+                Ok(TopicLanes::Queues(queues.into_iter().map(|queue| self.spawn_lane(queue, reports)).collect()))
+            }
+            Ok(_) => Ok(self.failing_topic(topic, &PublishError::TopicMissing { topic: topic.to_owned(), queue_count: pinned.unwrap_or(8) }, reports)),
+            Err(error @ PublishError::TopicMissing { .. }) => Ok(self.failing_topic(topic, &error, reports)),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    fn spawn_lane(
+        &self,
+        queue: rocketmq_model::common::message::message_queue::MessageQueue,
+        reports: &mpsc::UnboundedSender<Vec<LaneReport>>,
+    ) -> mpsc::UnboundedSender<LaneEvent> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let lane = Lane {
+            queue,
+            producer: Arc::clone(&self.producer),
+            status: self.status.clone(),
+            settings: Arc::clone(&self.lane_settings),
+            reports: reports.clone(),
+            shutdown: self.shutdown.clone(),
+        };
+        tokio::spawn(lane.run(rx));
+        tx
+    }
+
+    fn failing_topic(&self, topic: &str, error: &PublishError, reports: &mpsc::UnboundedSender<Vec<LaneReport>>) -> TopicLanes {
+        tracing::error!(topic, %error, "topic cannot be published to: its events are marked FAILED");
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run_failing(
+            rx,
+            error.to_string(),
+            self.status.clone(),
+            Arc::clone(&self.lane_settings),
+            reports.clone(),
+            self.shutdown.clone(),
+        ));
+        TopicLanes::Failing(tx)
+    }
+
+    /// After the source stopped: take the reports of sends still running, for a while.
+    async fn drain(&mut self, reports: &mut mpsc::UnboundedReceiver<Vec<LaneReport>>, progress: &mut Progress) {
+        let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+        while self.tracker.in_flight() > 0 {
+            match tokio::time::timeout_at(deadline, reports.recv()).await {
+                Ok(Some(batch)) => {
+                    self.on_reports(batch, progress);
+                }
+                _ => break,
+            }
+        }
+    }
+
+    fn log_progress(&self, progress: &Progress) {
+        tracing::info!(
+            sent = progress.sent,
+            failed = progress.failed,
+            in_flight_transactions = self.tracker.in_flight(),
+            checkpoint_file = %self.checkpoint.position.file,
+            checkpoint_pos = self.checkpoint.position.pos,
+            "progress"
+        );
+    }
+}

@@ -1,0 +1,49 @@
+//! The SENT writer: batches `status = 2, msg_id, sent_at` updates off the send path.
+//!
+//! While one UPDATE runs, the next batch accumulates, so the batch size follows the
+//! load. A batch that still fails after a few attempts is logged and dropped: its
+//! rows stay PENDING and the sweep publishes them again (a duplicate, never a loss).
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::backoff::Backoff;
+use crate::store::{Sent, StatusStore};
+
+/// Most rows in one UPDATE.
+const MAX_BATCH: usize = 1_000;
+/// Attempts per batch before it is left to the sweep.
+const ATTEMPTS: u32 = 5;
+
+/// Writes every SENT row that arrives until the channel closes.
+pub async fn run(status: StatusStore, mut input: mpsc::UnboundedReceiver<Sent>) {
+    let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = input.recv().await {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match input.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        write(&status, &batch, &backoff).await;
+        batch.clear();
+    }
+}
+
+async fn write(status: &StatusStore, batch: &[Sent], backoff: &Backoff) {
+    for attempt in 1..=ATTEMPTS {
+        match status.mark_sent(batch).await {
+            Ok(_) => return,
+            Err(error) if attempt == ATTEMPTS => {
+                tracing::error!(%error, rows = batch.len(), first_id = batch[0].id, "cannot mark rows SENT; they stay PENDING and the sweep will publish them again");
+            }
+            Err(error) => {
+                tracing::warn!(%error, attempt, "SENT write-back failed; retrying");
+                tokio::time::sleep(backoff.delay(attempt)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Which binlog column holds which outbox field.
+//!
+//! Row events carry values by position only; names come from information_schema
+//! (read at start and again whenever a TABLE_MAP shows a different column count,
+//! i.e. after an ALTER TABLE).
+
+use mysql_async::prelude::Queryable;
+
+/// Positions of the columns the relay reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColumnMap {
+    pub id: usize,
+    pub event_id: usize,
+    pub biz_key: usize,
+    pub topic: usize,
+    pub payload: usize,
+    /// How many columns the table had when this map was made.
+    pub count: usize,
+}
+
+/// The outbox table does not have what the relay needs.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum ColumnError {
+    #[error("outbox table {table} has no column `{column}`; run `outbox-relay migrate` or fix outbox.table")]
+    Missing { table: String, column: &'static str },
+    #[error("outbox table {table} does not exist or is not visible to the replication user (grant SELECT on it)")]
+    NoTable { table: String },
+}
+
+/// The columns the relay needs, by name.
+const REQUIRED: [&str; 5] = ["id", "event_id", "biz_key", "topic", "payload"];
+
+impl ColumnMap {
+    /// Builds the map from the table's column names in ordinal order.
+    pub fn from_names(table: &str, names: &[String]) -> Result<Self, ColumnError> {
+        if names.is_empty() {
+            return Err(ColumnError::NoTable { table: table.to_owned() });
+        }
+        let position = |column: &'static str| {
+            names
+                .iter()
+                .position(|n| n.eq_ignore_ascii_case(column))
+                .ok_or(ColumnError::Missing { table: table.to_owned(), column })
+        };
+        let [id, event_id, biz_key, topic, payload] = REQUIRED;
+        Ok(Self {
+            id: position(id)?,
+            event_id: position(event_id)?,
+            biz_key: position(biz_key)?,
+            topic: position(topic)?,
+            payload: position(payload)?,
+            count: names.len(),
+        })
+    }
+
+    /// Reads the table's columns from information_schema.
+    pub async fn load(conn: &mut mysql_async::Conn, schema: &str, table: &str) -> Result<Result<Self, ColumnError>, mysql_async::Error> {
+        let names: Vec<String> = conn
+            .exec(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+                (schema, table),
+            )
+            .await?;
+        Ok(Self::from_names(&format!("{schema}.{table}"), &names))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn maps_by_name_in_any_order() {
+        let map = ColumnMap::from_names("app.o", &names(&["payload", "ID", "topic", "x", "biz_key", "event_id"])).expect("map");
+        assert_eq!((map.id, map.event_id, map.biz_key, map.topic, map.payload, map.count), (1, 5, 4, 2, 0, 6));
+    }
+
+    #[test]
+    fn names_the_missing_column() {
+        let error = ColumnMap::from_names("app.o", &names(&["id", "event_id", "topic", "payload"])).expect_err("missing");
+        assert_eq!(error, ColumnError::Missing { table: "app.o".into(), column: "biz_key" });
+        assert!(error.to_string().contains("`biz_key`"));
+    }
+
+    #[test]
+    fn no_columns_means_no_table() {
+        assert!(matches!(ColumnMap::from_names("app.o", &[]), Err(ColumnError::NoTable { .. })));
+    }
+}

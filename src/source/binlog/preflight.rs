@@ -1,0 +1,121 @@
+//! Checks of the source server before tailing its binlog, and where "now" is.
+//!
+//! Every setting the relay depends on is checked at start with an error that names
+//! the setting, its value and the fix: binlog off, STATEMENT/MIXED format, MINIMAL
+//! row image, MariaDB binlog compression, missing replication privileges.
+
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+
+use crate::checkpoint::BinlogPosition;
+
+/// Which server family: they differ in GTIDs, compression and status statements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    MariaDb,
+    MySql,
+}
+
+/// What the relay learned about the source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerInfo {
+    pub flavor: Flavor,
+    pub version: String,
+    /// MySQL `server_uuid`, or MariaDB `server_id@hostname:port` (MariaDB has no uuid).
+    pub identity: String,
+}
+
+/// The source is not usable as configured.
+#[derive(Debug, thiserror::Error)]
+pub enum PreflightError {
+    #[error("source {address}: {setting} is {value}, the relay needs {expected}; {fix}")]
+    Setting { address: String, setting: &'static str, value: String, expected: &'static str, fix: &'static str },
+    #[error("source {address}: the replication user lacks a privilege ({detail}); grant REPLICATION SLAVE, REPLICATION CLIENT ON *.* and SELECT on the outbox table")]
+    Privilege { address: String, detail: String },
+    #[error("source {address}: {detail}")]
+    Query { address: String, detail: String },
+}
+
+/// MySQL error codes for "access denied" to a statement or variable.
+const ACCESS_DENIED: [u16; 3] = [1045, 1142, 1227];
+
+/// Checks binlog settings and returns the server's identity.
+pub async fn check(conn: &mut Conn, address: &str) -> Result<ServerInfo, PreflightError> {
+    let query_error = |e: mysql_async::Error| classify(address, e);
+    let row: Option<(String, u32, String, u16, String, String, String)> = conn
+        .query_first("SELECT @@version, @@server_id, @@hostname, @@port, @@log_bin, @@binlog_format, @@binlog_row_image")
+        .await
+        .map_err(query_error)?;
+    let (version, server_id, hostname, port, log_bin, format, row_image) =
+        row.ok_or_else(|| PreflightError::Query { address: address.to_owned(), detail: "no answer to SELECT @@version".into() })?;
+    let setting = |setting, value: &str, expected, fix| PreflightError::Setting {
+        address: address.to_owned(),
+        setting,
+        value: value.to_owned(),
+        expected,
+        fix,
+    };
+    if !matches!(log_bin.as_str(), "1" | "ON") {
+        return Err(setting("log_bin", &log_bin, "ON", "start the server with --log-bin (binary logging) and a server_id"));
+    }
+    if !format.eq_ignore_ascii_case("ROW") {
+        return Err(setting("binlog_format", &format, "ROW", "set binlog_format = ROW (STATEMENT and MIXED do not carry row values)"));
+    }
+    if !row_image.eq_ignore_ascii_case("FULL") {
+        return Err(setting("binlog_row_image", &row_image, "FULL", "set binlog_row_image = FULL (MINIMAL/NOBLOB can omit outbox columns)"));
+    }
+    let flavor = if version.contains("MariaDB") { Flavor::MariaDb } else { Flavor::MySql };
+    let identity = match flavor {
+        Flavor::MariaDb => {
+            let compress: Option<String> = conn.query_first("SELECT @@log_bin_compress").await.map_err(query_error)?;
+            if let Some(value) = compress.filter(|v| matches!(v.as_str(), "1" | "ON")) {
+                return Err(setting("log_bin_compress", &value, "OFF", "set log_bin_compress = OFF (compressed events cannot be decoded)"));
+            }
+            format!("{server_id}@{hostname}:{port}")
+        }
+        Flavor::MySql => {
+            let uuid: Option<String> = conn.query_first("SELECT @@server_uuid").await.map_err(query_error)?;
+            uuid.unwrap_or_else(|| format!("{server_id}@{hostname}:{port}"))
+        }
+    };
+    // The replication privilege is needed to read "now"; check it here, not mid-start.
+    current_position(conn, flavor, address).await?;
+    Ok(ServerInfo { flavor, version, identity })
+}
+
+/// The server's current binlog end: where a relay without a checkpoint starts.
+pub async fn current_position(conn: &mut Conn, flavor: Flavor, address: &str) -> Result<BinlogPosition, PreflightError> {
+    let status: Option<(String, u64)> = match conn.query_first("SHOW MASTER STATUS").await {
+        Ok(row) => row,
+        // MySQL 8.4 removed SHOW MASTER STATUS.
+        Err(mysql_async::Error::Server(e)) if e.code == 1064 => {
+            conn.query_first("SHOW BINARY LOG STATUS").await.map_err(|e| classify(address, e))?
+        }
+        Err(e) => return Err(classify(address, e)),
+    };
+    let (file, pos) = status.ok_or_else(|| PreflightError::Setting {
+        address: address.to_owned(),
+        setting: "log_bin",
+        value: "OFF (SHOW MASTER STATUS is empty)".into(),
+        expected: "ON",
+        fix: "enable binary logging on the source",
+    })?;
+    let gtid = match flavor {
+        Flavor::MariaDb => conn
+            .query_first::<String, _>("SELECT @@gtid_binlog_pos")
+            .await
+            .map_err(|e| classify(address, e))?
+            .filter(|g| !g.is_empty()),
+        Flavor::MySql => None,
+    };
+    Ok(BinlogPosition { file, pos, gtid })
+}
+
+fn classify(address: &str, error: mysql_async::Error) -> PreflightError {
+    match &error {
+        mysql_async::Error::Server(e) if ACCESS_DENIED.contains(&e.code) => {
+            PreflightError::Privilege { address: address.to_owned(), detail: e.message.clone() }
+        }
+        _ => PreflightError::Query { address: address.to_owned(), detail: error.to_string() },
+    }
+}

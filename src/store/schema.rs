@@ -1,0 +1,165 @@
+//! The outbox table and the relay's own tables, created by `outbox-relay migrate`.
+//!
+//! The relay's own tables are numbered migrations recorded in
+//! `outbox_relay_migrations`, so running `migrate` again is a no-op. The outbox table
+//! (whose name is configurable, so one schema may hold several) is created when
+//! absent; one that already exists in the seed's shape (without `owner`, `msg_id`,
+//! `sent_at`, `last_error`) gets the missing columns added, because teams adopt the
+//! relay on tables they already have.
+//! The DDL runs on MariaDB 10.6+ and MySQL 8.0+ (both have SKIP LOCKED).
+
+use mysql_async::prelude::Queryable;
+use mysql_async::Pool;
+
+/// The configured outbox table, quoted for SQL.
+#[derive(Debug, Clone)]
+pub struct OutboxTable {
+    pub schema: String,
+    pub table: String,
+}
+
+impl OutboxTable {
+    /// `` `schema`.`table` `` (names are validated identifiers, see `config::validate`).
+    pub fn qualified(&self) -> String {
+        format!("`{}`.`{}`", self.schema, self.table)
+    }
+}
+
+/// What `migrate` did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct MigrationReport {
+    pub outbox_created: bool,
+    pub applied: Vec<&'static str>,
+    pub columns_added: Vec<&'static str>,
+}
+
+/// The outbox table: the seed's DDL plus `owner`, `msg_id`, `sent_at`, `last_error`.
+const OUTBOX_DDL: &str = "CREATE TABLE IF NOT EXISTS {outbox} (
+  id            BIGINT PRIMARY KEY AUTO_INCREMENT,
+  event_id      VARCHAR(64)   NOT NULL,
+  biz_key       VARCHAR(64)   NOT NULL,
+  topic         VARCHAR(128)  NOT NULL,
+  payload       JSON          NOT NULL,
+  status        TINYINT       NOT NULL DEFAULT 0 COMMENT '0 PENDING, 1 SENDING, 2 SENT, 3 FAILED',
+  retry_count   INT           NOT NULL DEFAULT 0,
+  next_retry_at DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  lease_until   DATETIME(3)   NULL,
+  owner         VARCHAR(128)  NULL,
+  msg_id        VARCHAR(128)  NULL,
+  sent_at       DATETIME(3)   NULL,
+  last_error    VARCHAR(1024) NULL,
+  created_at    DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  UNIQUE KEY uk_event_id (event_id),
+  KEY idx_pending (status, next_retry_at)
+) ENGINE=InnoDB";
+
+/// One numbered schema step of the relay's own tables. `{schema}` is substituted.
+struct Migration {
+    version: u32,
+    name: &'static str,
+    sql: &'static str,
+}
+
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "checkpoint mirror",
+        sql: "CREATE TABLE IF NOT EXISTS `{schema}`.`outbox_relay_checkpoint` (
+  source_id   VARCHAR(128)  NOT NULL PRIMARY KEY,
+  binlog_file VARCHAR(255)  NOT NULL,
+  binlog_pos  BIGINT        NOT NULL,
+  gtid        VARCHAR(4096) NULL,
+  server_uuid VARCHAR(64)   NULL,
+  term        BIGINT        NOT NULL DEFAULT 0,
+  updated_at  DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3)
+) ENGINE=InnoDB",
+    },
+    Migration {
+        version: 2,
+        name: "leader lease",
+        sql: "CREATE TABLE IF NOT EXISTS `{schema}`.`outbox_relay_lease` (
+  name        VARCHAR(128) NOT NULL PRIMARY KEY,
+  holder      VARCHAR(128) NOT NULL,
+  term        BIGINT       NOT NULL,
+  lease_until DATETIME(3)  NOT NULL
+) ENGINE=InnoDB",
+    },
+    Migration {
+        version: 3,
+        name: "audit of manual actions",
+        sql: "CREATE TABLE IF NOT EXISTS `{schema}`.`outbox_relay_audit` (
+  id         BIGINT PRIMARY KEY AUTO_INCREMENT,
+  at         DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  operator   VARCHAR(128)  NOT NULL,
+  reason     VARCHAR(1024) NOT NULL,
+  action     VARCHAR(64)   NOT NULL,
+  target     VARCHAR(255)  NOT NULL,
+  old_state  VARCHAR(255)  NULL,
+  new_state  VARCHAR(255)  NULL,
+  result     VARCHAR(1024) NOT NULL
+) ENGINE=InnoDB",
+    },
+];
+
+/// Columns the relay needs beyond the seed's table, with their definitions.
+const EXTRA_OUTBOX_COLUMNS: &[(&str, &str)] = &[
+    ("lease_until", "DATETIME(3) NULL"),
+    ("owner", "VARCHAR(128) NULL"),
+    ("msg_id", "VARCHAR(128) NULL"),
+    ("sent_at", "DATETIME(3) NULL"),
+    ("last_error", "VARCHAR(1024) NULL"),
+];
+
+/// Creates or upgrades every table; safe to run any number of times.
+pub async fn migrate(pool: &Pool, outbox: &OutboxTable) -> Result<MigrationReport, mysql_async::Error> {
+    let mut conn = pool.get_conn().await?;
+    let schema = &outbox.schema;
+    conn.query_drop(format!(
+        "CREATE TABLE IF NOT EXISTS `{schema}`.`outbox_relay_migrations` (
+  version    INT          NOT NULL PRIMARY KEY,
+  name       VARCHAR(128) NOT NULL,
+  applied_at DATETIME(3)  NOT NULL DEFAULT CURRENT_TIMESTAMP(3)
+) ENGINE=InnoDB"
+    ))
+    .await?;
+    let done: Vec<u32> = conn.query(format!("SELECT version FROM `{schema}`.`outbox_relay_migrations`")).await?;
+    let mut report = MigrationReport::default();
+    for migration in MIGRATIONS.iter().filter(|m| !done.contains(&m.version)) {
+        conn.query_drop(migration.sql.replace("{schema}", schema)).await?;
+        // IGNORE: two relays migrating at once both create IF NOT EXISTS; one records it.
+        conn.exec_drop(
+            format!("INSERT IGNORE INTO `{schema}`.`outbox_relay_migrations` (version, name) VALUES (?, ?)"),
+            (migration.version, migration.name),
+        )
+        .await?;
+        report.applied.push(migration.name);
+    }
+    let existing: Vec<String> = conn
+        .exec(
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            (&outbox.schema, &outbox.table),
+        )
+        .await?;
+    if existing.is_empty() {
+        conn.query_drop(OUTBOX_DDL.replace("{outbox}", &outbox.qualified())).await?;
+        report.outbox_created = true;
+    } else {
+        report.columns_added = add_missing_columns(&mut conn, outbox, &existing).await?;
+    }
+    Ok(report)
+}
+
+async fn add_missing_columns(
+    conn: &mut mysql_async::Conn,
+    outbox: &OutboxTable,
+    existing: &[String],
+) -> Result<Vec<&'static str>, mysql_async::Error> {
+    let mut added = Vec::new();
+    for (column, definition) in EXTRA_OUTBOX_COLUMNS {
+        if !existing.iter().any(|c| c.eq_ignore_ascii_case(column)) {
+            conn.query_drop(format!("ALTER TABLE {} ADD COLUMN `{column}` {definition}", outbox.qualified())).await?;
+            added.push(*column);
+        }
+    }
+    Ok(added)
+}

@@ -1,0 +1,95 @@
+//! Status write-back on the primary: SENT (with msg_id and sent_at) and FAILED.
+//!
+//! SENT updates are batched and run off the send path: if one is lost, the row stays
+//! PENDING and the sweep sends it again (a duplicate, never a loss). FAILED is
+//! written before the event counts as acknowledged, so the checkpoint never passes an
+//! event that is neither on the broker nor visibly FAILED in the table.
+//! Neither update touches a row that is already SENT.
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Params, Pool, Value};
+
+use super::OutboxTable;
+
+/// `last_error` column width.
+const LAST_ERROR_MAX: usize = 1024;
+
+/// Status updates on the outbox table.
+#[derive(Clone)]
+pub struct StatusStore {
+    pool: Pool,
+    outbox: OutboxTable,
+}
+
+/// One row to mark SENT.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    pub id: u64,
+    pub msg_id: String,
+}
+
+impl StatusStore {
+    pub fn new(pool: Pool, outbox: OutboxTable) -> Self {
+        Self { pool, outbox }
+    }
+
+    /// Marks `rows` SENT with their msg_id in one statement; returns rows changed.
+    pub async fn mark_sent(&self, rows: &[Sent]) -> Result<u64, mysql_async::Error> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let derived: Vec<&str> =
+            std::iter::once("SELECT ? AS id, ? AS msg_id").chain(std::iter::repeat_n("SELECT ?, ?", rows.len() - 1)).collect();
+        let sql = format!(
+            "UPDATE {} o JOIN ({}) v ON o.id = v.id \
+             SET o.status = 2, o.msg_id = v.msg_id, o.sent_at = NOW(3), o.owner = NULL, o.lease_until = NULL \
+             WHERE o.status <> 2",
+            self.outbox.qualified(),
+            derived.join(" UNION ALL ")
+        );
+        let params: Vec<Value> = rows.iter().flat_map(|r| [Value::from(r.id), Value::from(r.msg_id.as_str())]).collect();
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(sql, Params::Positional(params)).await?;
+        Ok(conn.affected_rows())
+    }
+
+    /// Marks `ids` FAILED with `reason` (status 3, retry_count + 1, last_error).
+    pub async fn mark_failed(&self, ids: &[u64], reason: &str) -> Result<u64, mysql_async::Error> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let placeholders = vec!["?"; ids.len()].join(",");
+        let sql = format!(
+            "UPDATE {} SET status = 3, last_error = ?, retry_count = retry_count + 1, owner = NULL, lease_until = NULL \
+             WHERE id IN ({placeholders}) AND status <> 2",
+            self.outbox.qualified()
+        );
+        let mut params = vec![Value::from(truncate(reason, LAST_ERROR_MAX))];
+        params.extend(ids.iter().map(|id| Value::from(*id)));
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(sql, Params::Positional(params)).await?;
+        Ok(conn.affected_rows())
+    }
+}
+
+fn truncate(text: &str, max_bytes: usize) -> &str {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncate;
+
+    #[test]
+    fn truncate_keeps_utf8_boundaries() {
+        assert_eq!(truncate("abc", 10), "abc");
+        assert_eq!(truncate("日本語", 4), "日");
+    }
+}

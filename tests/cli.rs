@@ -1,0 +1,74 @@
+//! The binary's edge: bad configuration and unreachable databases give one line that
+//! names the key or address, and a non-zero exit code (2 config, 3 unreachable).
+
+use std::process::{Command, Output};
+
+const EXAMPLE: &str = include_str!("../config/relay.toml");
+
+fn relay(args: &[&str], config_text: &str, env: &[(&str, &str)]) -> Output {
+    let dir = std::env::temp_dir().join(format!("outbox-relay-cli-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("relay.toml");
+    std::fs::write(&path, config_text).expect("write config");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_outbox-relay"));
+    command.args(args).arg("--config").arg(&path).env_remove("OUTBOX_RELAY_CONFIG");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().expect("run outbox-relay");
+    std::fs::remove_dir_all(&dir).ok();
+    output
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn missing_key_exits_2_naming_it() {
+    let output = relay(&["config"], &EXAMPLE.replace("server_id = 4242", ""), &[]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("server_id"), "{}", stderr(&output));
+    assert_eq!(stderr(&output).trim().lines().count(), 1, "one line: {}", stderr(&output));
+}
+
+#[test]
+fn wrong_type_exits_2_naming_the_key() {
+    let output = relay(&["config"], &EXAMPLE.replace("batch_size = 64", "batch_size = \"lots\""), &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("lanes.batch_size"), "{}", stderr(&output));
+}
+
+#[test]
+fn unknown_key_exits_2_naming_it() {
+    let output = relay(&["config"], &EXAMPLE.replace("[lanes]", "[lanes]\nbatchsize = 1"), &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("batchsize"), "{}", stderr(&output));
+}
+
+#[test]
+fn missing_config_file_exits_2_naming_the_path() {
+    let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+        .args(["config", "--config", "/nonexistent/relay.toml"])
+        .output()
+        .expect("run outbox-relay");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("/nonexistent/relay.toml"), "{}", stderr(&output));
+}
+
+#[test]
+fn unreachable_database_exits_3_naming_the_address_and_key() {
+    let output = relay(&["migrate"], EXAMPLE, &[("OUTBOX_RELAY__PRIMARY__URL", "mysql://w:secret-pw@127.0.0.1:1/app")]);
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let text = stderr(&output);
+    assert!(text.contains("127.0.0.1:1") && text.contains("primary.url"), "{text}");
+    assert!(!text.contains("secret-pw"), "password leaked: {text}");
+}
+
+#[test]
+fn config_dump_redacts_passwords() {
+    let output = relay(&["config"], EXAMPLE, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let dump = String::from_utf8_lossy(&output.stdout);
+    assert!(dump.contains("outbox_writer:***@") && !dump.contains("writer-secret"), "{dump}");
+}

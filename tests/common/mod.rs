@@ -1,0 +1,65 @@
+//! Shared test support: where the local stack is (from `scripts/stack env`, with the
+//! stack's defaults), a polling `eventually` instead of sleeps, and a real RocketMQ
+//! consumer that records what it receives.
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+pub mod collector;
+
+use std::future::Future;
+use std::time::Duration;
+
+use mysql_async::Pool;
+use outbox_relay::config::DbUrl;
+
+/// Addresses of the stack `scripts/stack up` started.
+pub struct Stack {
+    /// Root on the private MariaDB (tests set up schemas with it).
+    pub root_url: String,
+    pub repl_url: String,
+    pub writer_url: String,
+    pub namesrv: String,
+}
+
+/// A topic the stack creates with 8 queues, reserved for tests.
+pub const TEST_TOPIC: &str = "t-relay-test";
+pub const TEST_TOPIC_QUEUES: u32 = 8;
+
+impl Stack {
+    pub fn from_env() -> Self {
+        let var = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
+        Stack {
+            root_url: var("OUTBOX_RELAY_TEST_DB_URL", "mysql://root@127.0.0.1:13306/app"),
+            repl_url: var("OUTBOX_RELAY_TEST_REPL_URL", "mysql://outbox_repl:repl-secret@127.0.0.1:13306/app"),
+            writer_url: var("OUTBOX_RELAY_TEST_WRITER_URL", "mysql://outbox_writer:writer-secret@127.0.0.1:13306/app"),
+            namesrv: var("OUTBOX_RELAY_TEST_NAMESRV", "127.0.0.1:19876"),
+        }
+    }
+
+    /// A root pool on the stack's MariaDB; panics with the fix when the stack is down.
+    pub async fn root_pool(&self) -> Pool {
+        outbox_relay::db::connect("test", &DbUrl::new(&self.root_url), 4)
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n(start the stack first: scripts/stack up)"))
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics after `deadline` naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let until = tokio::time::Instant::now() + deadline;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < until, "timed out after {deadline:?} waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A name unique to this test run, for schemas, groups and event ids.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
+}
