@@ -59,3 +59,25 @@ pub async fn ping(namesrv: &str, topic: &str, queues: u32) -> Result<SendReceipt
     producer.shutdown().await;
     result
 }
+
+/// One line per message of `topic` whose KEYS hold `key`: queue, offset, ids, body size.
+pub async fn find(namesrv: &str, topic: &str, key: &str) -> Result<Vec<String>, PublishError> {
+    let producer = Producer::start(settings(namesrv)).await?;
+    let result = producer.find_by_key(topic, key).await;
+    producer.shutdown().await;
+    Ok(result?
+        .iter()
+        .map(|m| {
+            let property = |name: &str| m.properties().iter().find(|(k, _)| k.as_str() == name).map(|(_, v)| v.to_string()).unwrap_or_default();
+            format!(
+                "queue={} offset={} msg_id={} keys={} stored_at_ms={} body_bytes={}",
+                m.queue_id(),
+                m.queue_offset(),
+                property("UNIQ_KEY"),
+                property("KEYS"),
+                m.store_timestamp(),
+                m.body().map_or(0, |b| b.len())
+            )
+        })
+        .collect())
+}

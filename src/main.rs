@@ -61,6 +61,16 @@ enum AdminCommand {
         #[arg(long)]
         queues: u32,
     },
+    /// Find messages by KEYS (the event_id) in the broker's index, like `mqadmin queryMsgByKey`.
+    Find {
+        #[arg(long)]
+        namesrv: String,
+        #[arg(long)]
+        topic: String,
+        /// The event_id (the relay puts it in KEYS).
+        #[arg(long)]
+        key: String,
+    },
     /// Send one probe message to queue 0 of a topic; succeeds only on SEND_OK.
     Ping {
         #[arg(long)]
@@ -155,6 +165,13 @@ async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
         AdminCommand::CreateTopic { namesrv, cluster, topic, queues } => {
             admin::create_topic(&namesrv, &cluster, &topic, queues).await.with_context(|| format!("create topic {topic} via {namesrv}"))?;
             println!("topic {topic} ready with {queues} queues");
+        }
+        AdminCommand::Find { namesrv, topic, key } => {
+            let found = admin::find(&namesrv, &topic, &key).await.with_context(|| format!("find {key} in {topic} via {namesrv}"))?;
+            for line in &found {
+                println!("{line}");
+            }
+            anyhow::ensure!(!found.is_empty(), "no message with key {key} in topic {topic}");
         }
         AdminCommand::Ping { namesrv, topic, queues } => {
             let receipt = admin::ping(&namesrv, &topic, queues).await.with_context(|| format!("ping {topic} via {namesrv}"))?;

@@ -249,7 +249,7 @@ impl Default for HttpConfig {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        Self { format: LogFormat::Text, level: "info".to_owned() }
+        Self { format: LogFormat::Text, level: "info,rocketmq_client_rust=warn,rocketmq_transport=warn,rocketmq_runtime=warn".to_owned() }
     }
 }
 

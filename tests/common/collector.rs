@@ -20,6 +20,9 @@ pub struct Received {
     pub queue_id: i32,
     /// Position in the queue: the broker's storage order.
     pub queue_offset: i64,
+    /// Above 0 when the consumer got it back through its retry topic: queue id and
+    /// offset are then the retry queue's, not where the relay stored it.
+    pub reconsume_times: i32,
 }
 
 /// A started consumer and the messages it has seen so far.
@@ -49,6 +52,7 @@ impl MessageListenerConcurrently for Recorder {
                 body: m.body().map(|b| b.to_vec()).unwrap_or_default(),
                 queue_id: m.queue_id(),
                 queue_offset: m.queue_offset(),
+                reconsume_times: m.reconsume_times(),
             });
         }
         Ok(ConsumeConcurrentlyStatus::ConsumeSuccess)
@@ -56,15 +60,18 @@ impl MessageListenerConcurrently for Recorder {
 }
 
 impl Collector {
-    /// Subscribes a fresh consumer group to `topic` from the first offset.
+    /// Subscribes a fresh consumer group to `topic`, from messages stored since a
+    /// minute before now (earlier tests' messages on the shared topic are skipped).
     pub async fn start(namesrv: &str, topic: &str, group: &str) -> Self {
+        let since = (chrono::Local::now() - chrono::Duration::seconds(60)).format("%Y%m%d%H%M%S").to_string();
         let host = ClientHost::start("test-consumer").expect("client runtime");
         let seen = Arc::new(Mutex::new(Vec::new()));
         let mut consumer = DefaultMQPushConsumer::builder(host.runtime())
             .client_config(client_config(namesrv))
             .name_server_addr(namesrv.to_owned())
             .consumer_group(group.to_owned())
-            .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
+            .consume_from_where(ConsumeFromWhere::ConsumeFromTimestamp)
+            .consume_timestamp(since)
             .build();
         consumer.subscribe(topic, "*").await.expect("subscribe");
         consumer.register_message_listener_concurrently(Recorder(Arc::clone(&seen)));

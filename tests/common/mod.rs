@@ -4,6 +4,8 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod collector;
+pub mod outbox;
+pub mod relay;
 
 use std::future::Future;
 use std::time::Duration;

@@ -41,13 +41,9 @@ const ACCESS_DENIED: [u16; 3] = [1045, 1142, 1227];
 
 /// Checks binlog settings and returns the server's identity.
 pub async fn check(conn: &mut Conn, address: &str) -> Result<ServerInfo, PreflightError> {
-    let query_error = |e: mysql_async::Error| classify(address, e);
-    let row: Option<(String, u32, String, u16, String, String, String)> = conn
-        .query_first("SELECT @@version, @@server_id, @@hostname, @@port, @@log_bin, @@binlog_format, @@binlog_row_image")
-        .await
-        .map_err(query_error)?;
-    let (version, server_id, hostname, port, log_bin, format, row_image) =
-        row.ok_or_else(|| PreflightError::Query { address: address.to_owned(), detail: "no answer to SELECT @@version".into() })?;
+    let values = text_row(conn, address, "SELECT @@version, @@server_id, @@hostname, @@port, @@log_bin, @@binlog_format, @@binlog_row_image").await?;
+    let [version, server_id, hostname, port, log_bin, format, row_image] = <[String; 7]>::try_from(values)
+        .map_err(|_| PreflightError::Query { address: address.to_owned(), detail: "unexpected answer to SELECT @@version".into() })?;
     let setting = |setting, value: &str, expected, fix| PreflightError::Setting {
         address: address.to_owned(),
         setting,
@@ -67,15 +63,15 @@ pub async fn check(conn: &mut Conn, address: &str) -> Result<ServerInfo, Preflig
     let flavor = if version.contains("MariaDB") { Flavor::MariaDb } else { Flavor::MySql };
     let identity = match flavor {
         Flavor::MariaDb => {
-            let compress: Option<String> = conn.query_first("SELECT @@log_bin_compress").await.map_err(query_error)?;
-            if let Some(value) = compress.filter(|v| matches!(v.as_str(), "1" | "ON")) {
+            let compress = text_row(conn, address, "SELECT @@log_bin_compress").await?;
+            if let Some(value) = compress.into_iter().next().filter(|v| matches!(v.as_str(), "1" | "ON")) {
                 return Err(setting("log_bin_compress", &value, "OFF", "set log_bin_compress = OFF (compressed events cannot be decoded)"));
             }
             format!("{server_id}@{hostname}:{port}")
         }
         Flavor::MySql => {
-            let uuid: Option<String> = conn.query_first("SELECT @@server_uuid").await.map_err(query_error)?;
-            uuid.unwrap_or_else(|| format!("{server_id}@{hostname}:{port}"))
+            let uuid = text_row(conn, address, "SELECT @@server_uuid").await?;
+            uuid.into_iter().next().unwrap_or_else(|| format!("{server_id}@{hostname}:{port}"))
         }
     };
     // The replication privilege is needed to read "now"; check it here, not mid-start.
@@ -85,15 +81,16 @@ pub async fn check(conn: &mut Conn, address: &str) -> Result<ServerInfo, Preflig
 
 /// The server's current binlog end: where a relay without a checkpoint starts.
 pub async fn current_position(conn: &mut Conn, flavor: Flavor, address: &str) -> Result<BinlogPosition, PreflightError> {
-    let status: Option<(String, u64)> = match conn.query_first("SHOW MASTER STATUS").await {
-        Ok(row) => row,
-        // MySQL 8.4 removed SHOW MASTER STATUS.
-        Err(mysql_async::Error::Server(e)) if e.code == 1064 => {
-            conn.query_first("SHOW BINARY LOG STATUS").await.map_err(|e| classify(address, e))?
-        }
-        Err(e) => return Err(classify(address, e)),
+    let status = match raw_text_row(conn, "SHOW MASTER STATUS").await {
+        // MySQL 8.4 removed SHOW MASTER STATUS (syntax error 1064 there).
+        Err(mysql_async::Error::Server(e)) if e.code == 1064 => text_row(conn, address, "SHOW BINARY LOG STATUS").await?,
+        other => other.map_err(|e| classify(address, e))?,
     };
-    let (file, pos) = status.ok_or_else(|| PreflightError::Setting {
+    let (file, pos) = match status.as_slice() {
+        [file, pos, ..] => (file.clone(), pos.parse::<u64>().ok()),
+        _ => (String::new(), None),
+    };
+    let pos = pos.ok_or_else(|| PreflightError::Setting {
         address: address.to_owned(),
         setting: "log_bin",
         value: "OFF (SHOW MASTER STATUS is empty)".into(),
@@ -101,14 +98,29 @@ pub async fn current_position(conn: &mut Conn, flavor: Flavor, address: &str) ->
         fix: "enable binary logging on the source",
     })?;
     let gtid = match flavor {
-        Flavor::MariaDb => conn
-            .query_first::<String, _>("SELECT @@gtid_binlog_pos")
-            .await
-            .map_err(|e| classify(address, e))?
-            .filter(|g| !g.is_empty()),
+        Flavor::MariaDb => text_row(conn, address, "SELECT @@gtid_binlog_pos").await?.into_iter().next().filter(|g| !g.is_empty()),
         Flavor::MySql => None,
     };
     Ok(BinlogPosition { file, pos, gtid })
+}
+
+/// The first row of `sql` as text values (NULL as ""), or empty when there is no row.
+/// Read as text on purpose: typed conversion of an unexpected column panics.
+async fn text_row(conn: &mut Conn, address: &str, sql: &str) -> Result<Vec<String>, PreflightError> {
+    raw_text_row(conn, sql).await.map_err(|e| classify(address, e))
+}
+
+async fn raw_text_row(conn: &mut Conn, sql: &str) -> Result<Vec<String>, mysql_async::Error> {
+    let row: Option<mysql_async::Row> = conn.query_first(sql).await?;
+    Ok(row.map(|row| row.unwrap_raw().into_iter().map(value_text).collect()).unwrap_or_default())
+}
+
+fn value_text(value: Option<mysql_async::Value>) -> String {
+    match value {
+        None | Some(mysql_async::Value::NULL) => String::new(),
+        Some(mysql_async::Value::Bytes(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+        Some(other) => other.as_sql(true).trim_matches('\'').to_owned(),
+    }
 }
 
 fn classify(address: &str, error: mysql_async::Error) -> PreflightError {
