@@ -14,6 +14,7 @@
 //! - [`store`]: SQL on the primary (schema migrations, status updates);
 //! - [`relay`]: the pipeline's wiring;
 //! - [`backoff`]: the one exponential backoff;
+//! - [`consumer`]: subscribing to the published events;
 //! - [`admin`]: operator actions on the broker (create topic, test send);
 //! - [`exit`]: which exit code an error maps to.
 
@@ -24,6 +25,7 @@ pub mod admin;
 pub mod backoff;
 pub mod checkpoint;
 pub mod config;
+pub mod consumer;
 pub mod db;
 pub mod event;
 pub mod exit;

@@ -8,7 +8,8 @@ mod common;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use common::collector::{Collector, Received};
+use common::collector::Collector;
+use outbox_relay::consumer::Delivery as Received;
 use common::outbox::{Row, TestOutbox};
 use common::relay::{RelayOptions, RelayProcess};
 use common::{eventually, unique, Stack, TEST_TOPIC, TEST_TOPIC_QUEUES};
