@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::collector::Collector;
 use common::outbox::{Row, TestOutbox};
 use common::relay::{RelayOptions, RelayProcess};
-use common::{eventually, unique, Stack, TEST_TOPIC};
+use common::{eventually, fresh_topic, unique, Stack};
 
 fn broker_pid_file() -> PathBuf {
     let state = std::env::var("OUTBOX_RELAY_TEST_STACK").expect("OUTBOX_RELAY_TEST_STACK (eval \"$(scripts/stack env)\")");
@@ -36,12 +36,12 @@ fn start_broker() {
     assert!(status.success(), "scripts/stack up failed");
 }
 
-fn rows(prefix: &str, from: usize, to: usize) -> Vec<Row> {
+fn rows(prefix: &str, topic: &str, from: usize, to: usize) -> Vec<Row> {
     (from..to)
         .map(|i| Row {
             event_id: format!("{prefix}-{i:04}"),
             biz_key: format!("key-{}", i % 7),
-            topic: TEST_TOPIC.to_owned(),
+            topic: topic.to_owned(),
             payload: format!(r#"{{"i":{i}}}"#),
         })
         .collect()
@@ -52,15 +52,16 @@ async fn broker_down_marks_nothing_sent_and_everything_is_delivered_after_it_ret
     let stack = Stack::from_env();
     let outbox = TestOutbox::create(&stack).await;
     let prefix = unique("outage");
+    let topic = fresh_topic(&stack).await;
     let options = RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__RETRY__MAX_RETRY", 10_000).env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 1_000);
     let mut relay = RelayProcess::start(&stack, &options);
     relay.wait_tailing().await;
-    outbox.insert_tx(&rows(&prefix, 0, 10)).await;
+    outbox.insert_tx(&rows(&prefix, &topic, 0, 10)).await;
     eventually("the first rows SENT", Duration::from_secs(60), || async { (outbox.count_status(2).await == 10).then_some(()) }).await;
 
     stop_broker().await;
     for start in (10..60).step_by(10) {
-        outbox.insert_tx(&rows(&prefix, start, start + 10)).await;
+        outbox.insert_tx(&rows(&prefix, &topic, start, start + 10)).await;
     }
     // While the broker is down, sends fail and are retried in place: nothing new may
     // become SENT. Watch the table for a while (the relay retries every <= 2 s).
@@ -72,7 +73,7 @@ async fn broker_down_marks_nothing_sent_and_everything_is_delivered_after_it_ret
     }
 
     start_broker();
-    let collector = Collector::start(&stack.namesrv, TEST_TOPIC, &unique("outage_consumer")).await;
+    let collector = Collector::start(&stack.namesrv, &topic, &unique("outage_consumer")).await;
     eventually("all 60 rows SENT after the broker returned", Duration::from_secs(180), || async {
         (outbox.count_status(2).await == 60).then_some(())
     })

@@ -61,6 +61,16 @@ where
     }
 }
 
+/// A new topic with `TEST_TOPIC_QUEUES` queues, so a test's consumer reads only its
+/// own messages (a consumer of a shared topic would wade through other tests' load).
+pub async fn fresh_topic(stack: &Stack) -> String {
+    let topic = unique("t");
+    outbox_relay::admin::create_topic(&stack.namesrv, "DefaultCluster", &topic, TEST_TOPIC_QUEUES)
+        .await
+        .unwrap_or_else(|e| panic!("create topic {topic}: {e}"));
+    topic
+}
+
 /// A name unique to this test run, for schemas, groups and event ids.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
