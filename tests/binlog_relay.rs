@@ -252,3 +252,34 @@ async fn sigkill_after_sends_before_the_checkpoint_gives_duplicates_never_loss()
     relay.stop();
     collector.shutdown().await;
 }
+
+/// Runs the relay until it exits by itself; returns its exit code and log.
+async fn run_until_exit(stack: &Stack, options: &RelayOptions) -> (Option<i32>, String) {
+    let mut relay = RelayProcess::start(stack, options);
+    let code = relay.wait_exit(Duration::from_secs(60)).await;
+    (code, relay.log_text())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_user_without_replication_privileges_is_refused_naming_the_grant() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let user = unique("norepl");
+    outbox.exec(&format!("CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY 'pw'")).await;
+    outbox.exec(&format!("GRANT SELECT ON app.* TO '{user}'@'127.0.0.1'")).await;
+    let url = format!("mysql://{user}:pw@{}", stack.repl_url.rsplit_once('@').map(|(_, host)| host).unwrap_or_default());
+    let (code, log) = run_until_exit(&stack, &RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__SOURCE__URL", url)).await;
+    assert_eq!(code, Some(4), "{log}");
+    assert!(log.contains("REPLICATION SLAVE, REPLICATION CLIENT"), "{log}");
+    outbox.exec(&format!("DROP USER '{user}'@'127.0.0.1'")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_table_without_a_needed_column_is_refused_naming_it() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    outbox.exec(&format!("ALTER TABLE {} DROP COLUMN biz_key", outbox.table.qualified())).await;
+    let (code, log) = run_until_exit(&stack, &RelayOptions::new(outbox.name())).await;
+    assert_eq!(code, Some(4), "{log}");
+    assert!(log.contains("no column `biz_key`"), "{log}");
+}

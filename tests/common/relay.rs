@@ -77,6 +77,18 @@ impl RelayProcess {
         }
     }
 
+    /// Waits for the relay to exit on its own (a start-up error); its exit code.
+    pub async fn wait_exit(&mut self, deadline: Duration) -> Option<i32> {
+        let until = tokio::time::Instant::now() + deadline;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll relay") {
+                return status.code();
+            }
+            assert!(tokio::time::Instant::now() < until, "relay still running after {deadline:?}:\n{}", self.log_text());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// SIGKILL: no drain, no final checkpoint.
     pub fn kill(mut self) {
         self.child.kill().expect("kill relay");
