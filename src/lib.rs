@@ -14,7 +14,8 @@
 //! - [`store`]: SQL on the primary (schema migrations, status updates);
 //! - [`relay`]: the pipeline's wiring;
 //! - [`backoff`]: the one exponential backoff;
-//! - [`consumer`]: subscribing to the published events;
+//! - [`outbox`]: the producer helper (enqueue in the caller's transaction);
+//! - [`consumer`]: the idempotent consumer kit;
 //! - [`admin`]: operator actions on the broker (create topic, test send);
 //! - [`exit`]: which exit code an error maps to.
 
@@ -29,8 +30,10 @@ pub mod consumer;
 pub mod db;
 pub mod event;
 pub mod exit;
+pub mod outbox;
 pub mod publish;
 pub mod relay;
 pub mod route;
 pub mod source;
 pub mod store;
+pub mod text;

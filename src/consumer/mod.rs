@@ -1,9 +1,21 @@
-//! The consumer side of the outbox: subscribing to what the relay publishes.
+//! The consumer kit: at-least-once delivery is only half of the design; this is the
+//! other half, so consumers get idempotency right by default.
 //!
-//! [`Subscription`] is a RocketMQ push consumer reduced to what an outbox consumer
-//! needs: each message as a [`Delivery`] (event_id, biz_key, body, where it was
-//! stored) handed to a handler that answers [`Ack::Done`] or [`Ack::Later`].
+//! - [`Subscription`]: a RocketMQ push consumer that hands each message on as a
+//!   [`Delivery`];
+//! - [`IdempotentConsumer`]: dedup mark and business write in ONE transaction
+//!   (see `idempotent` for the exact rules);
+//! - [`guards`]: version and state-machine guards for out-of-order events;
+//! - [`schema`]: the kit's tables; [`retention`]: cleanup of old dedup rows;
+//! - [`ConsumerMetrics`]: the `consumer_*_total` counters.
 
+pub mod guards;
+mod idempotent;
+mod metrics;
+pub mod retention;
+pub mod schema;
 mod subscription;
 
+pub use idempotent::{DedupKey, EventHandler, HandlerError, HandlerFuture, IdempotentConsumer, Outcome};
+pub use metrics::{render as render_metrics, ConsumerMetrics};
 pub use subscription::{Ack, Delivery, Handler, StartFrom, Subscription};

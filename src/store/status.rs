@@ -10,6 +10,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Pool, Value};
 
 use super::OutboxTable;
+use crate::text::truncate_utf8;
 
 /// `last_error` column width.
 const LAST_ERROR_MAX: usize = 1024;
@@ -64,32 +65,10 @@ impl StatusStore {
              WHERE id IN ({placeholders}) AND status <> 2",
             self.outbox.qualified()
         );
-        let mut params = vec![Value::from(truncate(reason, LAST_ERROR_MAX))];
+        let mut params = vec![Value::from(truncate_utf8(reason, LAST_ERROR_MAX))];
         params.extend(ids.iter().map(|id| Value::from(*id)));
         let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(sql, Params::Positional(params)).await?;
         Ok(conn.affected_rows())
-    }
-}
-
-fn truncate(text: &str, max_bytes: usize) -> &str {
-    if text.len() <= max_bytes {
-        return text;
-    }
-    let mut end = max_bytes;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::truncate;
-
-    #[test]
-    fn truncate_keeps_utf8_boundaries() {
-        assert_eq!(truncate("abc", 10), "abc");
-        assert_eq!(truncate("日本語", 4), "日");
     }
 }
