@@ -59,6 +59,15 @@ async fn consumed_all(collector: &Collector, events: &Events, expected: usize, d
     .await
 }
 
+/// How many times each event_id was delivered.
+fn delivery_counts(deliveries: &[Received]) -> HashMap<&str, usize> {
+    let mut counts = HashMap::new();
+    for d in deliveries {
+        *counts.entry(d.event_id.as_str()).or_default() += 1;
+    }
+    counts
+}
+
 async fn all_sent(outbox: &TestOutbox, expected: usize, deadline: Duration) {
     eventually(&format!("{expected} rows SENT with msg_id"), deadline, || async {
         let statuses = outbox.statuses().await;
@@ -208,10 +217,7 @@ async fn rows_committed_while_the_relay_is_stopped_stay_pending_then_are_sent_on
     all_sent(&outbox, 20, Duration::from_secs(60)).await;
     let got = consumed_all(&collector, &events, 20, Duration::from_secs(60)).await;
     // A clean stop checkpointed: the restart resumed exactly there, so each event once.
-    let mut counts: HashMap<&str, usize> = HashMap::new();
-    for r in &got {
-        *counts.entry(r.event_id.as_str()).or_default() += 1;
-    }
+    let counts = delivery_counts(&got);
     assert!(counts.values().all(|&c| c == 1), "each event consumed once: {counts:?}");
     relay.stop();
     collector.shutdown().await;
@@ -240,10 +246,7 @@ async fn sigkill_after_sends_before_the_checkpoint_gives_duplicates_never_loss()
         (got.len() >= 200).then_some(got)
     })
     .await;
-    let mut counts: HashMap<&str, usize> = HashMap::new();
-    for r in &got {
-        *counts.entry(r.event_id.as_str()).or_default() += 1;
-    }
+    let counts = delivery_counts(&got);
     let lost = 100 - counts.len();
     let duplicates: usize = counts.values().map(|c| c - 1).sum();
     eprintln!("after SIGKILL: {} distinct events, {duplicates} duplicates, {lost} lost", counts.len());

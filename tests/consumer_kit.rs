@@ -98,7 +98,7 @@ impl Kit {
     }
 
     /// Starts an idempotent consumer (its own group) with `handler`.
-    async fn consumer(&self, handler: Benefits) -> (Arc<IdempotentConsumer<Benefits>>, ConsumerMetrics, Subscription) {
+    async fn consumer<H: EventHandler>(&self, handler: H) -> (Arc<IdempotentConsumer<H>>, ConsumerMetrics, Subscription) {
         let metrics = ConsumerMetrics::default();
         let consumer = Arc::new(IdempotentConsumer::new(self.pool.clone(), handler, DedupKey::EventId, metrics.clone()));
         let subscription = Arc::clone(&consumer)
@@ -225,12 +225,7 @@ impl EventHandler for VersionedStatus {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_older_version_arriving_after_a_newer_one_is_dropped() {
     let kit = Kit::new().await;
-    let metrics = ConsumerMetrics::default();
-    let consumer = Arc::new(IdempotentConsumer::new(kit.pool.clone(), VersionedStatus, DedupKey::EventId, metrics.clone()));
-    let subscription = Arc::clone(&consumer)
-        .subscribe(&kit.stack.namesrv, &unique("versions"), &kit.topic, StartFrom::Since(chrono::Local::now() - chrono::Duration::seconds(60)))
-        .await
-        .expect("subscribe");
+    let (_consumer, metrics, subscription) = kit.consumer(VersionedStatus).await;
     kit.publish(&unique("v3"), 55, r#","version":3"#).await;
     eventually("version 3 applied", Duration::from_secs(60), || async { (metrics.processed.get() == 1).then_some(()) }).await;
     kit.publish(&unique("v2"), 55, r#","version":2"#).await;

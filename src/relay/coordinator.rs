@@ -58,7 +58,9 @@ pub struct Coordinator {
     pub max_in_flight: usize,
     pub status: StatusStore,
     pub lane_settings: Arc<LaneSettings>,
-    pub sent: mpsc::UnboundedSender<Sent>,
+    /// Bounded: when the primary falls behind, the coordinator waits (backpressure)
+    /// instead of queueing write-backs without limit.
+    pub sent: mpsc::Sender<Sent>,
     pub shutdown: CancellationToken,
 }
 
@@ -80,7 +82,7 @@ impl Coordinator {
         loop {
             tokio::select! {
                 biased;
-                Some(reports) = inputs.reports.recv() => dirty |= self.on_reports(reports, &mut progress),
+                Some(reports) = inputs.reports.recv() => dirty |= self.on_reports(reports, &mut progress).await,
                 tx = inputs.source.recv() => match tx {
                     Some(tx) => dirty |= self.on_tx(tx, &mut topics, &inputs.reports_tx).await?,
                     None => break,
@@ -124,13 +126,15 @@ impl Coordinator {
     }
 
     /// Applies lane reports. Returns whether the watermark moved.
-    fn on_reports(&mut self, reports: Vec<LaneReport>, progress: &mut Progress) -> bool {
+    async fn on_reports(&mut self, reports: Vec<LaneReport>, progress: &mut Progress) -> bool {
         for report in reports {
             self.tracker.ack(report.tx_seq);
             match report.outcome {
                 Outcome::Sent { msg_id } => {
                     progress.sent += 1;
-                    let _ = self.sent.send(Sent { id: report.id, msg_id });
+                    // Only fails when the writer is gone (shutdown): the row then stays
+                    // PENDING and is sent again later, never lost.
+                    let _ = self.sent.send(Sent { id: report.id, msg_id }).await;
                 }
                 Outcome::Failed => progress.failed += 1,
             }
@@ -213,7 +217,7 @@ impl Coordinator {
         while self.tracker.in_flight() > 0 {
             match tokio::time::timeout_at(deadline, reports.recv()).await {
                 Ok(Some(batch)) => {
-                    self.on_reports(batch, progress);
+                    self.on_reports(batch, progress).await;
                 }
                 _ => break,
             }

@@ -30,6 +30,9 @@ use crate::store::{OutboxTable, StatusStore};
 
 use coordinator::{Coordinator, Inputs};
 
+/// SENT write-backs that may wait for the primary before the pipeline slows down.
+const SENT_BACKLOG: usize = 50_000;
+
 /// Why the relay stopped (or could not start).
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
@@ -146,7 +149,7 @@ async fn run_pipeline(
     let status = StatusStore::new(primary, outbox.clone());
     let (source_tx, source_rx) = mpsc::channel(64);
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
-    let (sent_tx, sent_rx) = mpsc::unbounded_channel();
+    let (sent_tx, sent_rx) = mpsc::channel(SENT_BACKLOG);
     let sent_writer = tokio::spawn(sent_writer::run(status.clone(), sent_rx));
 
     let reader = Reader::new(

@@ -17,7 +17,7 @@ const MAX_BATCH: usize = 1_000;
 const ATTEMPTS: u32 = 5;
 
 /// Writes every SENT row that arrives until the channel closes.
-pub async fn run(status: StatusStore, mut input: mpsc::UnboundedReceiver<Sent>) {
+pub async fn run(status: StatusStore, mut input: mpsc::Receiver<Sent>) {
     let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = input.recv().await {
