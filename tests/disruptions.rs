@@ -1,7 +1,7 @@
-//! The broker goes away while events arrive: no row is marked SENT while it is down
-//! (SEND_OK only, I2), and once it is back everything is delivered (I1). This test
-//! stops the stack's shared broker, so it lives in its own test binary (cargo runs
-//! test binaries one after another).
+//! Disruptions of the shared stack: the broker stopped while events arrive, and the
+//! relay's binlog connection killed by the server. These tests disturb every client
+//! of the stack, so they live in their own test binary (cargo runs test binaries one
+//! after another) and take turns within it.
 #![recursion_limit = "512"]
 
 mod common;
@@ -14,6 +14,10 @@ use common::collector::Collector;
 use common::outbox::{Row, TestOutbox};
 use common::relay::{RelayOptions, RelayProcess};
 use common::{eventually, fresh_topic, unique, Stack};
+use mysql_async::prelude::Queryable;
+
+/// One disruption at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn broker_pid_file() -> PathBuf {
     let state = std::env::var("OUTBOX_RELAY_TEST_STACK").expect("OUTBOX_RELAY_TEST_STACK (eval \"$(scripts/stack env)\")");
@@ -49,6 +53,7 @@ fn rows(prefix: &str, topic: &str, from: usize, to: usize) -> Vec<Row> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_down_marks_nothing_sent_and_everything_is_delivered_after_it_returns() {
+    let _serial = SERIAL.lock().await;
     let stack = Stack::from_env();
     let outbox = TestOutbox::create(&stack).await;
     let prefix = unique("outage");
@@ -86,6 +91,48 @@ async fn broker_down_marks_nothing_sent_and_everything_is_delivered_after_it_ret
     })
     .await;
     assert!(relay.log_text().contains("retrying the same batch"), "the relay logged its retries");
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_binlog_connection_is_reopened_without_loss() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let prefix = unique("reconnect");
+    let topic = fresh_topic(&stack).await;
+    let collector = Collector::start(&stack.namesrv, &topic, &unique("reconnect_consumer")).await;
+    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
+    relay.wait_tailing().await;
+    outbox.insert_tx(&rows(&prefix, &topic, 0, 20)).await;
+    eventually("the first rows SENT", Duration::from_secs(60), || async { (outbox.count_status(2).await == 20).then_some(()) }).await;
+
+    // The server drops the replica connection (as on a failover or a network cut).
+    let mut conn = outbox.pool.get_conn().await.expect("conn");
+    let dumps: Vec<u64> = conn
+        .query("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%' AND USER = 'outbox_repl'")
+        .await
+        .expect("processlist");
+    assert!(!dumps.is_empty(), "the relay's binlog dump thread is visible");
+    for id in dumps {
+        conn.query_drop(format!("KILL {id}")).await.expect("kill dump thread");
+    }
+    for start in [20, 30] {
+        outbox.insert_tx(&rows(&prefix, &topic, start, start + 10)).await;
+    }
+    eventually("all 40 rows SENT after the reconnect", Duration::from_secs(60), || async {
+        (outbox.count_status(2).await == 40).then_some(())
+    })
+    .await;
+    let prefix_dash = format!("{prefix}-");
+    eventually("all 40 events consumed", Duration::from_secs(60), || async {
+        let got = collector.received(|id| id.starts_with(&prefix_dash));
+        let distinct = got.iter().map(|r| r.event_id.as_str()).collect::<std::collections::HashSet<_>>().len();
+        (distinct == 40).then_some(())
+    })
+    .await;
+    assert!(relay.log_text().contains("reconnecting"), "the relay logged the reconnect:\n{}", relay.log_text());
     assert_eq!(relay.stop(), Some(0));
     collector.shutdown().await;
 }
