@@ -20,7 +20,8 @@ use anyhow::Context;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Transaction, TxOpts};
 use outbox_relay::consumer::{
-    render_metrics, schema, ConsumerMetrics, DedupKey, Delivery, EventHandler, HandlerError, HandlerFuture, IdempotentConsumer, StartFrom,
+    render_metrics, schema, ConsumerMetrics, DedupKey, Delivery, EventHandler, HandlerError, HandlerFuture,
+    IdempotentConsumer, StartFrom,
 };
 use outbox_relay::outbox::{enqueue, NewEvent};
 use outbox_relay::store::OutboxTable;
@@ -43,8 +44,13 @@ struct GrantBenefit;
 impl EventHandler for GrantBenefit {
     fn handle<'a>(&'a self, tx: &'a mut Transaction<'static>, delivery: &'a Delivery) -> HandlerFuture<'a> {
         Box::pin(async move {
-            let paid: OrderPaid = serde_json::from_slice(&delivery.body).map_err(|e| HandlerError::NonRetryable(format!("not an OrderPaid: {e}")))?;
-            tx.exec_drop("INSERT INTO benefits (order_id, points) VALUES (?, ?)", (paid.order_id, paid.amount_cents / 100)).await?;
+            let paid: OrderPaid = serde_json::from_slice(&delivery.body)
+                .map_err(|e| HandlerError::NonRetryable(format!("not an OrderPaid: {e}")))?;
+            tx.exec_drop(
+                "INSERT INTO benefits (order_id, points) VALUES (?, ?)",
+                (paid.order_id, paid.amount_cents / 100),
+            )
+            .await?;
             Ok(())
         })
     }
@@ -52,7 +58,8 @@ impl EventHandler for GrantBenefit {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let orders: u64 = std::env::args().nth(1).map(|n| n.parse()).transpose().context("ORDERS must be a number")?.unwrap_or(10);
+    let orders: u64 =
+        std::env::args().nth(1).map(|n| n.parse()).transpose().context("ORDERS must be a number")?.unwrap_or(10);
     let db_url = std::env::var("DEMO_DB_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:13306/app".into());
     let namesrv = std::env::var("DEMO_NAMESRV").unwrap_or_else(|_| "127.0.0.1:19876".into());
     let pool = Pool::new(db_url.as_str());
@@ -74,9 +81,12 @@ async fn main() -> anyhow::Result<()> {
         let amount_cents = 1_000 + order_id % 1_000;
         // The order service: business change and outbox row, one transaction.
         let mut tx = pool.start_transaction(TxOpts::default()).await?;
-        tx.exec_drop("INSERT INTO orders (id, amount_cents, status) VALUES (?, ?, 'PAID')", (order_id, amount_cents)).await?;
+        tx.exec_drop("INSERT INTO orders (id, amount_cents, status) VALUES (?, ?, 'PAID')", (order_id, amount_cents))
+            .await?;
         let paid = OrderPaid { r#type: "OrderPaid".into(), order_id, amount_cents };
-        let event_id = enqueue(&mut tx, &outbox, NewEvent { topic: TOPIC, biz_key: &format!("order-{order_id}"), payload: &paid }).await?;
+        let event_id =
+            enqueue(&mut tx, &outbox, NewEvent { topic: TOPIC, biz_key: &format!("order-{order_id}"), payload: &paid })
+                .await?;
         tx.commit().await?;
         event_ids.push(event_id);
     }
@@ -84,8 +94,12 @@ async fn main() -> anyhow::Result<()> {
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let benefited = "SELECT COUNT(DISTINCT order_id) FROM benefits WHERE order_id BETWEEN ? AND ?";
-    while conn.exec_first::<u64, _, _>(benefited, (first_order, first_order + orders - 1)).await?.unwrap_or(0) < orders {
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "not every event was consumed within 60 s: is the relay running? (scripts/demo starts it)");
+    while conn.exec_first::<u64, _, _>(benefited, (first_order, first_order + orders - 1)).await?.unwrap_or(0) < orders
+    {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "not every event was consumed within 60 s: is the relay running? (scripts/demo starts it)"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     subscription.shutdown().await;
@@ -111,7 +125,11 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     for (event_id, status, msg_id, sent_at) in rows {
-        println!("outbox: event_id={event_id} status={status} msg_id={} sent_at={}", msg_id.unwrap_or_default(), sent_at.unwrap_or_default());
+        println!(
+            "outbox: event_id={event_id} status={status} msg_id={} sent_at={}",
+            msg_id.unwrap_or_default(),
+            sent_at.unwrap_or_default()
+        );
     }
     println!("benefits service counters (this run; a first run also drains older messages of the topic):");
     print!("{}", render_metrics(&registry));

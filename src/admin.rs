@@ -68,7 +68,9 @@ pub async fn find(namesrv: &str, topic: &str, key: &str) -> Result<Vec<String>, 
     Ok(result?
         .iter()
         .map(|m| {
-            let property = |name: &str| m.properties().iter().find(|(k, _)| k.as_str() == name).map(|(_, v)| v.to_string()).unwrap_or_default();
+            let property = |name: &str| {
+                m.properties().iter().find(|(k, _)| k.as_str() == name).map(|(_, v)| v.to_string()).unwrap_or_default()
+            };
             format!(
                 "queue={} offset={} msg_id={} keys={} stored_at_ms={} body_bytes={}",
                 m.queue_id(),

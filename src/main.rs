@@ -15,7 +15,11 @@ use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
-#[command(name = "outbox-relay", version, about = "Relays transactional-outbox events from the MySQL binlog to RocketMQ")]
+#[command(
+    name = "outbox-relay",
+    version,
+    about = "Relays transactional-outbox events from the MySQL binlog to RocketMQ"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -122,10 +126,10 @@ async fn migrate(config: &Config, admin_url: Option<String>) -> anyhow::Result<(
     let url = admin_url.map_or_else(|| config.primary.url.clone(), DbUrl::new);
     let pool = db::connect("primary", &url, 1).await?;
     let outbox = outbox_table(config);
-    let report = store::migrate(&pool, &outbox)
-        .await
-        .map_err(|e| db::DbError::query("primary", &url, e))
-        .with_context(|| format!("migrating {} failed (the user needs CREATE and ALTER; see --admin-url)", outbox.qualified()))?;
+    let report =
+        store::migrate(&pool, &outbox).await.map_err(|e| db::DbError::query("primary", &url, e)).with_context(
+            || format!("migrating {} failed (the user needs CREATE and ALTER; see --admin-url)", outbox.qualified()),
+        )?;
     tracing::info!(outbox_created = report.outbox_created, applied = ?report.applied, columns_added = ?report.columns_added, table = %outbox.qualified(), "migrate finished");
     pool.disconnect().await.ok();
     Ok(())
@@ -163,18 +167,23 @@ async fn stop_on_signal(shutdown: CancellationToken) {
 async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
     match command {
         AdminCommand::CreateTopic { namesrv, cluster, topic, queues } => {
-            admin::create_topic(&namesrv, &cluster, &topic, queues).await.with_context(|| format!("create topic {topic} via {namesrv}"))?;
+            admin::create_topic(&namesrv, &cluster, &topic, queues)
+                .await
+                .with_context(|| format!("create topic {topic} via {namesrv}"))?;
             println!("topic {topic} ready with {queues} queues");
         }
         AdminCommand::Find { namesrv, topic, key } => {
-            let found = admin::find(&namesrv, &topic, &key).await.with_context(|| format!("find {key} in {topic} via {namesrv}"))?;
+            let found = admin::find(&namesrv, &topic, &key)
+                .await
+                .with_context(|| format!("find {key} in {topic} via {namesrv}"))?;
             for line in &found {
                 println!("{line}");
             }
             anyhow::ensure!(!found.is_empty(), "no message with key {key} in topic {topic}");
         }
         AdminCommand::Ping { namesrv, topic, queues } => {
-            let receipt = admin::ping(&namesrv, &topic, queues).await.with_context(|| format!("ping {topic} via {namesrv}"))?;
+            let receipt =
+                admin::ping(&namesrv, &topic, queues).await.with_context(|| format!("ping {topic} via {namesrv}"))?;
             println!("SEND_OK msg_id={}", receipt.msg_ids.join(","));
         }
     }

@@ -9,11 +9,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use common::collector::Collector;
-use outbox_relay::consumer::Delivery as Received;
 use common::outbox::{Row, TestOutbox};
 use common::relay::{RelayOptions, RelayProcess};
 use common::{eventually, fresh_topic, unique, Stack, TEST_TOPIC_QUEUES};
 use outbox_relay::config::HashFunction;
+use outbox_relay::consumer::Delivery as Received;
 use outbox_relay::publish::rocketmq::{Producer, ProducerSettings};
 use outbox_relay::route::queue_for;
 
@@ -71,7 +71,8 @@ fn delivery_counts(deliveries: &[Received]) -> HashMap<&str, usize> {
 async fn all_sent(outbox: &TestOutbox, expected: usize, deadline: Duration) {
     eventually(&format!("{expected} rows SENT with msg_id"), deadline, || async {
         let statuses = outbox.statuses().await;
-        let sent = statuses.values().filter(|(s, msg)| *s == SENT && msg.as_deref().is_some_and(|m| !m.is_empty())).count();
+        let sent =
+            statuses.values().filter(|(s, msg)| *s == SENT && msg.as_deref().is_some_and(|m| !m.is_empty())).count();
         (statuses.len() == expected && sent == expected).then_some(())
     })
     .await;
@@ -86,18 +87,31 @@ async fn assert_per_key_order(stack: &Stack, topic: &str, deliveries: &[Received
     let mut first: HashMap<&str, (i32, i64, &str)> = HashMap::new();
     for d in deliveries.iter().filter(|d| d.reconsume_times == 0) {
         let place = (d.queue_id, d.queue_offset, d.biz_key.as_str());
-        first.entry(d.event_id.as_str()).and_modify(|f| if place.0 == f.0 && place.1 < f.1 { *f = place }).or_insert(place);
+        first
+            .entry(d.event_id.as_str())
+            .and_modify(|f| {
+                if place.0 == f.0 && place.1 < f.1 {
+                    *f = place
+                }
+            })
+            .or_insert(place);
     }
-    let producer = Producer::start(ProducerSettings { namesrv: stack.namesrv.clone(), group: unique("order_check"), send_timeout: Duration::from_secs(5) })
-        .await
-        .expect("producer");
-    let redelivered_only: Vec<&Received> = deliveries.iter().filter(|d| d.reconsume_times > 0 && !first.contains_key(d.event_id.as_str())).collect();
+    let producer = Producer::start(ProducerSettings {
+        namesrv: stack.namesrv.clone(),
+        group: unique("order_check"),
+        send_timeout: Duration::from_secs(5),
+    })
+    .await
+    .expect("producer");
+    let redelivered_only: Vec<&Received> =
+        deliveries.iter().filter(|d| d.reconsume_times > 0 && !first.contains_key(d.event_id.as_str())).collect();
     for d in redelivered_only {
-        let stored = eventually(&format!("the broker's key index to find {}", d.event_id), Duration::from_secs(30), || async {
-            let found = producer.find_by_key(topic, &d.event_id).await.ok()?;
-            found.iter().min_by_key(|m| m.queue_offset()).map(|m| (m.queue_id(), m.queue_offset()))
-        })
-        .await;
+        let stored =
+            eventually(&format!("the broker's key index to find {}", d.event_id), Duration::from_secs(30), || async {
+                let found = producer.find_by_key(topic, &d.event_id).await.ok()?;
+                found.iter().min_by_key(|m| m.queue_offset()).map(|m| (m.queue_id(), m.queue_offset()))
+            })
+            .await;
         first.insert(d.event_id.as_str(), (stored.0, stored.1, d.biz_key.as_str()));
     }
     producer.shutdown().await;
@@ -140,9 +154,13 @@ async fn rolled_back_rows_other_tables_and_updates_publish_nothing() {
     all_sent(&outbox, 1, Duration::from_secs(60)).await;
 
     // Ask the broker itself (its KEYS index, filled in store order) what it holds.
-    let producer = Producer::start(ProducerSettings { namesrv: stack.namesrv.clone(), group: unique("quiet_check"), send_timeout: Duration::from_secs(5) })
-        .await
-        .expect("producer");
+    let producer = Producer::start(ProducerSettings {
+        namesrv: stack.namesrv.clone(),
+        group: unique("quiet_check"),
+        send_timeout: Duration::from_secs(5),
+    })
+    .await
+    .expect("producer");
     let stored = |id: String| {
         let producer = &producer;
         async move {
@@ -172,7 +190,8 @@ async fn fifty_keys_interleaved_and_a_10k_row_transaction_arrive_in_per_key_orde
     let outbox = TestOutbox::create(&stack).await;
     let events = Events::new(&stack, "order").await;
     let collector = Collector::start(&stack.namesrv, &events.topic, &unique("order_consumer")).await;
-    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__LANES__MAX_IN_FLIGHT", 2_000));
+    let mut relay =
+        RelayProcess::start(&stack, &RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__LANES__MAX_IN_FLIGHT", 2_000));
     relay.wait_tailing().await;
 
     // 50 keys x 200 events: each transaction takes 4 events of every key, in multi-row
@@ -187,7 +206,10 @@ async fn fifty_keys_interleaved_and_a_10k_row_transaction_arrive_in_per_key_orde
         }
     }
     // One 10,000-row transaction (bigger than max_in_flight): 200 more events per key.
-    let big: Vec<Row> = (200..400).flat_map(|seq| keys.iter().map(move |key| (key.clone(), seq))).map(|(key, seq)| events.row(&key, seq)).collect();
+    let big: Vec<Row> = (200..400)
+        .flat_map(|seq| keys.iter().map(move |key| (key.clone(), seq)))
+        .map(|(key, seq)| events.row(&key, seq))
+        .collect();
     outbox.insert_tx(&big).await;
 
     let total = 50 * 400;
@@ -270,8 +292,10 @@ async fn a_source_user_without_replication_privileges_is_refused_naming_the_gran
     let user = unique("norepl");
     outbox.exec(&format!("CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY 'pw'")).await;
     outbox.exec(&format!("GRANT SELECT ON app.* TO '{user}'@'127.0.0.1'")).await;
-    let url = format!("mysql://{user}:pw@{}", stack.repl_url.rsplit_once('@').map(|(_, host)| host).unwrap_or_default());
-    let (code, log) = run_until_exit(&stack, &RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__SOURCE__URL", url)).await;
+    let url =
+        format!("mysql://{user}:pw@{}", stack.repl_url.rsplit_once('@').map(|(_, host)| host).unwrap_or_default());
+    let (code, log) =
+        run_until_exit(&stack, &RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__SOURCE__URL", url)).await;
     assert_eq!(code, Some(4), "{log}");
     assert!(log.contains("REPLICATION SLAVE, REPLICATION CLIENT"), "{log}");
     outbox.exec(&format!("DROP USER '{user}'@'127.0.0.1'")).await;

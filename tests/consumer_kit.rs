@@ -17,7 +17,8 @@ use mysql_async::{Pool, Transaction};
 use outbox_relay::consumer::guards::advance_version;
 use outbox_relay::consumer::retention;
 use outbox_relay::consumer::{
-    schema, ConsumerMetrics, DedupKey, Delivery, EventHandler, HandlerError, HandlerFuture, IdempotentConsumer, StartFrom, Subscription,
+    schema, ConsumerMetrics, DedupKey, Delivery, EventHandler, HandlerError, HandlerFuture, IdempotentConsumer,
+    StartFrom, Subscription,
 };
 use outbox_relay::event::OutboxEvent;
 use outbox_relay::publish::rocketmq::{Producer, ProducerSettings};
@@ -43,9 +44,12 @@ impl EventHandler for Benefits {
     fn handle<'a>(&'a self, tx: &'a mut Transaction<'static>, delivery: &'a Delivery) -> HandlerFuture<'a> {
         Box::pin(async move {
             let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-            let order: serde_json::Value = serde_json::from_slice(&delivery.body).map_err(|e| HandlerError::NonRetryable(e.to_string()))?;
-            let order_id = order["order_id"].as_u64().ok_or_else(|| HandlerError::NonRetryable("no order_id".into()))?;
-            tx.exec_drop("INSERT INTO benefits (order_id, event_id) VALUES (?, ?)", (order_id, &delivery.event_id)).await?;
+            let order: serde_json::Value =
+                serde_json::from_slice(&delivery.body).map_err(|e| HandlerError::NonRetryable(e.to_string()))?;
+            let order_id =
+                order["order_id"].as_u64().ok_or_else(|| HandlerError::NonRetryable("no order_id".into()))?;
+            tx.exec_drop("INSERT INTO benefits (order_id, event_id) VALUES (?, ?)", (order_id, &delivery.event_id))
+                .await?;
             tokio::time::sleep(self.hold).await;
             if call <= self.fail_first {
                 return Err(HandlerError::Retryable(format!("simulated failure on call {call}")));
@@ -91,18 +95,31 @@ impl Kit {
         let stack = Stack::from_env();
         let pool = consumer_db(&stack).await;
         let topic = fresh_topic(&stack).await;
-        let producer = Producer::start(ProducerSettings { namesrv: stack.namesrv.clone(), group: unique("kit_producer"), send_timeout: Duration::from_secs(5) })
-            .await
-            .expect("producer");
+        let producer = Producer::start(ProducerSettings {
+            namesrv: stack.namesrv.clone(),
+            group: unique("kit_producer"),
+            send_timeout: Duration::from_secs(5),
+        })
+        .await
+        .expect("producer");
         Self { stack, pool, topic, producer }
     }
 
     /// Starts an idempotent consumer (its own group) with `handler`.
-    async fn consumer<H: EventHandler>(&self, handler: H) -> (Arc<IdempotentConsumer<H>>, ConsumerMetrics, Subscription) {
+    async fn consumer<H: EventHandler>(
+        &self,
+        handler: H,
+    ) -> (Arc<IdempotentConsumer<H>>, ConsumerMetrics, Subscription) {
         let metrics = ConsumerMetrics::default();
-        let consumer = Arc::new(IdempotentConsumer::new(self.pool.clone(), handler, DedupKey::EventId, metrics.clone()));
+        let consumer =
+            Arc::new(IdempotentConsumer::new(self.pool.clone(), handler, DedupKey::EventId, metrics.clone()));
         let subscription = Arc::clone(&consumer)
-            .subscribe(&self.stack.namesrv, &unique("benefits"), &self.topic, StartFrom::Since(chrono::Local::now() - chrono::Duration::seconds(60)))
+            .subscribe(
+                &self.stack.namesrv,
+                &unique("benefits"),
+                &self.topic,
+                StartFrom::Since(chrono::Local::now() - chrono::Duration::seconds(60)),
+            )
             .await
             .expect("subscribe");
         (consumer, metrics, subscription)
@@ -133,12 +150,26 @@ async fn a_handler_that_fails_once_processes_the_event_exactly_once_and_marks_on
     let event_id = unique("ev");
     kit.publish(&event_id, 1, "").await;
 
-    eventually("the first (failing) attempt", Duration::from_secs(60), || async { (metrics.retries.get() == 1).then_some(()) }).await;
+    eventually("the first (failing) attempt", Duration::from_secs(60), || async {
+        (metrics.retries.get() == 1).then_some(())
+    })
+    .await;
     // The seed's incident 3: the mark must not exist while the work is undone.
-    assert_eq!(count(&kit.pool, "SELECT COUNT(*) FROM event_dedup").await, 0, "dedup mark written although the handler failed");
-    assert_eq!(count(&kit.pool, "SELECT COUNT(*) FROM benefits").await, 0, "the failed attempt's business write was kept");
+    assert_eq!(
+        count(&kit.pool, "SELECT COUNT(*) FROM event_dedup").await,
+        0,
+        "dedup mark written although the handler failed"
+    );
+    assert_eq!(
+        count(&kit.pool, "SELECT COUNT(*) FROM benefits").await,
+        0,
+        "the failed attempt's business write was kept"
+    );
 
-    eventually("the redelivery to be processed", Duration::from_secs(90), || async { (metrics.processed.get() == 1).then_some(()) }).await;
+    eventually("the redelivery to be processed", Duration::from_secs(90), || async {
+        (metrics.processed.get() == 1).then_some(())
+    })
+    .await;
     assert_eq!(count(&kit.pool, "SELECT COUNT(*) FROM benefits").await, 1);
     assert_eq!(count(&kit.pool, "SELECT COUNT(*) FROM event_dedup WHERE status = 'PROCESSED'").await, 1);
     assert_eq!(consumer_calls(&consumer), 2);
@@ -157,9 +188,20 @@ async fn the_same_event_delivered_five_times_has_one_effect_and_four_dedup_hits(
     for _ in 0..5 {
         kit.publish(&event_id, 7, "").await;
     }
-    eventually("all 5 deliveries handled", Duration::from_secs(60), || async { (handled(&metrics) == 5).then_some(()) }).await;
-    assert_eq!(count(&kit.pool, "SELECT COUNT(*) FROM benefits").await, 1, "the business effect happened more than once");
-    assert_eq!((metrics.processed.get(), metrics.dedup_hits.get(), metrics.retries.get()), (1, 4, 0), "1 processed, 4 dedup hits, all ACKed");
+    eventually("all 5 deliveries handled", Duration::from_secs(60), || async {
+        (handled(&metrics) == 5).then_some(())
+    })
+    .await;
+    assert_eq!(
+        count(&kit.pool, "SELECT COUNT(*) FROM benefits").await,
+        1,
+        "the business effect happened more than once"
+    );
+    assert_eq!(
+        (metrics.processed.get(), metrics.dedup_hits.get(), metrics.retries.get()),
+        (1, 4, 0),
+        "1 processed, 4 dedup hits, all ACKed"
+    );
     subscription.shutdown().await;
 }
 
@@ -169,9 +211,28 @@ async fn a_non_retryable_failure_is_quarantined_rejected_acked_and_not_redeliver
     let (consumer, metrics, subscription) = kit.consumer(Benefits { reject: true, ..Benefits::new() }).await;
     let event_id = unique("ev");
     kit.publish(&event_id, 9, "").await;
-    eventually("the event to be rejected", Duration::from_secs(60), || async { (metrics.rejected.get() == 1).then_some(()) }).await;
-    assert_eq!(count(&kit.pool, &format!("SELECT COUNT(*) FROM event_dedup WHERE event_id = '{event_id}' AND status = 'REJECTED'")).await, 1);
-    assert_eq!(count(&kit.pool, &format!("SELECT COUNT(*) FROM event_quarantine WHERE event_id = '{event_id}' AND reason LIKE '%not payable%'")).await, 1);
+    eventually("the event to be rejected", Duration::from_secs(60), || async {
+        (metrics.rejected.get() == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        count(
+            &kit.pool,
+            &format!("SELECT COUNT(*) FROM event_dedup WHERE event_id = '{event_id}' AND status = 'REJECTED'")
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        count(
+            &kit.pool,
+            &format!(
+                "SELECT COUNT(*) FROM event_quarantine WHERE event_id = '{event_id}' AND reason LIKE '%not payable%'"
+            )
+        )
+        .await,
+        1
+    );
     assert_eq!(count(&kit.pool, "SELECT COUNT(*) FROM benefits").await, 0, "the rejected attempt's write rolled back");
     // A redelivery would come through the retry topic after 10 s: watch past that.
     let until = tokio::time::Instant::now() + Duration::from_secs(15);
@@ -181,7 +242,10 @@ async fn a_non_retryable_failure_is_quarantined_rejected_acked_and_not_redeliver
     }
     // A later copy of it (e.g. a DLQ replay) is a dedup hit, not another attempt.
     kit.publish(&event_id, 9, "").await;
-    eventually("the copy to be acknowledged as a duplicate", Duration::from_secs(60), || async { (metrics.dedup_hits.get() == 1).then_some(()) }).await;
+    eventually("the copy to be acknowledged as a duplicate", Duration::from_secs(60), || async {
+        (metrics.dedup_hits.get() == 1).then_some(())
+    })
+    .await;
     assert_eq!(consumer_calls(&consumer), 1);
     subscription.shutdown().await;
 }
@@ -212,10 +276,12 @@ struct VersionedStatus;
 impl EventHandler for VersionedStatus {
     fn handle<'a>(&'a self, tx: &'a mut Transaction<'static>, delivery: &'a Delivery) -> HandlerFuture<'a> {
         Box::pin(async move {
-            let body: serde_json::Value = serde_json::from_slice(&delivery.body).map_err(|e| HandlerError::NonRetryable(e.to_string()))?;
+            let body: serde_json::Value =
+                serde_json::from_slice(&delivery.body).map_err(|e| HandlerError::NonRetryable(e.to_string()))?;
             let version = body["version"].as_u64().ok_or_else(|| HandlerError::NonRetryable("no version".into()))?;
             if advance_version(tx, "order", &delivery.biz_key, version).await? {
-                tx.exec_drop("INSERT INTO benefits (order_id, event_id) VALUES (?, ?)", (version, &delivery.event_id)).await?;
+                tx.exec_drop("INSERT INTO benefits (order_id, event_id) VALUES (?, ?)", (version, &delivery.event_id))
+                    .await?;
             }
             Ok(())
         })
@@ -227,11 +293,20 @@ async fn an_older_version_arriving_after_a_newer_one_is_dropped() {
     let kit = Kit::new().await;
     let (_consumer, metrics, subscription) = kit.consumer(VersionedStatus).await;
     kit.publish(&unique("v3"), 55, r#","version":3"#).await;
-    eventually("version 3 applied", Duration::from_secs(60), || async { (metrics.processed.get() == 1).then_some(()) }).await;
+    eventually("version 3 applied", Duration::from_secs(60), || async { (metrics.processed.get() == 1).then_some(()) })
+        .await;
     kit.publish(&unique("v2"), 55, r#","version":2"#).await;
-    eventually("version 2 handled", Duration::from_secs(60), || async { (metrics.processed.get() == 2).then_some(()) }).await;
-    assert_eq!(count(&kit.pool, "SELECT version FROM entity_version WHERE entity = 'order' AND entity_key = 'order-55'").await, 3);
-    assert_eq!(count(&kit.pool, "SELECT COUNT(*) FROM benefits WHERE order_id = 2").await, 0, "the stale version 2 was applied");
+    eventually("version 2 handled", Duration::from_secs(60), || async { (metrics.processed.get() == 2).then_some(()) })
+        .await;
+    assert_eq!(
+        count(&kit.pool, "SELECT version FROM entity_version WHERE entity = 'order' AND entity_key = 'order-55'").await,
+        3
+    );
+    assert_eq!(
+        count(&kit.pool, "SELECT COUNT(*) FROM benefits WHERE order_id = 2").await,
+        0,
+        "the stale version 2 was applied"
+    );
     assert_eq!(count(&kit.pool, "SELECT COUNT(*) FROM benefits WHERE order_id = 3").await, 1);
     subscription.shutdown().await;
 }
@@ -243,7 +318,10 @@ async fn every_processed_dedup_row_has_its_business_result() {
     for n in 0..50 {
         kit.publish(&unique("sample"), 1_000 + n, "").await;
     }
-    eventually("50 events processed", Duration::from_secs(120), || async { (metrics.processed.get() == 50).then_some(()) }).await;
+    eventually("50 events processed", Duration::from_secs(120), || async {
+        (metrics.processed.get() == 50).then_some(())
+    })
+    .await;
     // The seed's sampling check, over all of them: a PROCESSED mark without its benefit
     // would be an event "handled" but never applied.
     let orphans = count(

@@ -20,7 +20,8 @@ use mysql_async::prelude::Queryable;
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn broker_pid_file() -> PathBuf {
-    let state = std::env::var("OUTBOX_RELAY_TEST_STACK").expect("OUTBOX_RELAY_TEST_STACK (eval \"$(scripts/stack env)\")");
+    let state =
+        std::env::var("OUTBOX_RELAY_TEST_STACK").expect("OUTBOX_RELAY_TEST_STACK (eval \"$(scripts/stack env)\")");
     PathBuf::from(state).join("broker.pid")
 }
 
@@ -31,7 +32,10 @@ fn process_alive(pid: &str) -> bool {
 async fn stop_broker() {
     let pid = std::fs::read_to_string(broker_pid_file()).expect("broker pid file").trim().to_owned();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
-    eventually("the broker process to exit", Duration::from_secs(30), || async { (!process_alive(&pid)).then_some(()) }).await;
+    eventually("the broker process to exit", Duration::from_secs(30), || async {
+        (!process_alive(&pid)).then_some(())
+    })
+    .await;
 }
 
 fn start_broker() {
@@ -58,11 +62,16 @@ async fn broker_down_marks_nothing_sent_and_everything_is_delivered_after_it_ret
     let outbox = TestOutbox::create(&stack).await;
     let prefix = unique("outage");
     let topic = fresh_topic(&stack).await;
-    let options = RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__RETRY__MAX_RETRY", 10_000).env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 1_000);
+    let options = RelayOptions::new(outbox.name())
+        .env("OUTBOX_RELAY__RETRY__MAX_RETRY", 10_000)
+        .env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 1_000);
     let mut relay = RelayProcess::start(&stack, &options);
     relay.wait_tailing().await;
     outbox.insert_tx(&rows(&prefix, &topic, 0, 10)).await;
-    eventually("the first rows SENT", Duration::from_secs(60), || async { (outbox.count_status(2).await == 10).then_some(()) }).await;
+    eventually("the first rows SENT", Duration::from_secs(60), || async {
+        (outbox.count_status(2).await == 10).then_some(())
+    })
+    .await;
 
     stop_broker().await;
     for start in (10..60).step_by(10) {
@@ -106,12 +115,17 @@ async fn a_killed_binlog_connection_is_reopened_without_loss() {
     let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
     relay.wait_tailing().await;
     outbox.insert_tx(&rows(&prefix, &topic, 0, 20)).await;
-    eventually("the first rows SENT", Duration::from_secs(60), || async { (outbox.count_status(2).await == 20).then_some(()) }).await;
+    eventually("the first rows SENT", Duration::from_secs(60), || async {
+        (outbox.count_status(2).await == 20).then_some(())
+    })
+    .await;
 
     // The server drops the replica connection (as on a failover or a network cut).
     let mut conn = outbox.pool.get_conn().await.expect("conn");
     let dumps: Vec<u64> = conn
-        .query("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%' AND USER = 'outbox_repl'")
+        .query(
+            "SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%' AND USER = 'outbox_repl'",
+        )
         .await
         .expect("processlist");
     assert!(!dumps.is_empty(), "the relay's binlog dump thread is visible");

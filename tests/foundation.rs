@@ -18,7 +18,12 @@ use outbox_relay::store::{migrate, OutboxTable};
 async fn fresh_outbox(stack: &Stack) -> (mysql_async::Pool, OutboxTable) {
     let pool = stack.root_pool().await;
     let outbox = OutboxTable { schema: unique("found"), table: "outbox_event".to_owned() };
-    pool.get_conn().await.expect("conn").query_drop(format!("CREATE DATABASE `{}`", outbox.schema)).await.expect("create db");
+    pool.get_conn()
+        .await
+        .expect("conn")
+        .query_drop(format!("CREATE DATABASE `{}`", outbox.schema))
+        .await
+        .expect("create db");
     migrate(&pool, &outbox).await.expect("migrate");
     (pool, outbox)
 }
@@ -38,10 +43,16 @@ async fn committed_outbox_row_reads_back_and_rolled_back_row_does_not_exist() {
     tx.rollback().await.expect("rollback");
 
     let rows: Vec<(String, String, String, String, u8, Option<String>)> = conn
-        .query(format!("SELECT event_id, biz_key, topic, payload, status, msg_id FROM {} ORDER BY id", outbox.qualified()))
+        .query(format!(
+            "SELECT event_id, biz_key, topic, payload, status, msg_id FROM {} ORDER BY id",
+            outbox.qualified()
+        ))
         .await
         .expect("select");
-    assert_eq!(rows, vec![("ev-commit".into(), "order-1".into(), TEST_TOPIC.into(), r#"{"amount":42}"#.into(), 0, None)]);
+    assert_eq!(
+        rows,
+        vec![("ev-commit".into(), "order-1".into(), TEST_TOPIC.into(), r#"{"amount":42}"#.into(), 0, None)]
+    );
 }
 
 #[tokio::test]

@@ -36,8 +36,7 @@ impl ConfigError {
 
 /// Loads `path`, applies environment overrides from the process environment, validates.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
     load_from_str(&text, &path.display().to_string(), std::env::vars())
 }
 
@@ -69,15 +68,20 @@ fn describe(path: Option<String>, message: &str) -> ConfigError {
     let message = message.lines().next().unwrap_or_default();
     let missing = message.strip_prefix("missing field `").and_then(|rest| rest.strip_suffix('`'));
     match (missing, path) {
-        (Some(field), Some(path)) => ConfigError::Invalid { key: format!("{path}.{field}"), message: "is required but missing".into() },
-        (Some(field), None) => ConfigError::Invalid { key: field.to_owned(), message: "is required but missing".into() },
-        (None, path) => ConfigError::Invalid { key: path.unwrap_or_else(|| "(top level)".into()), message: message.to_owned() },
+        (Some(field), Some(path)) => {
+            ConfigError::Invalid { key: format!("{path}.{field}"), message: "is required but missing".into() }
+        }
+        (Some(field), None) => {
+            ConfigError::Invalid { key: field.to_owned(), message: "is required but missing".into() }
+        }
+        (None, path) => {
+            ConfigError::Invalid { key: path.unwrap_or_else(|| "(top level)".into()), message: message.to_owned() }
+        }
     }
 }
 
 fn line_hint(text: &str, span: Option<std::ops::Range<usize>>) -> String {
-    span.map(|s| format!(" (line {})", text[..s.start.min(text.len())].lines().count().max(1)))
-        .unwrap_or_default()
+    span.map(|s| format!(" (line {})", text[..s.start.min(text.len())].lines().count().max(1))).unwrap_or_default()
 }
 
 /// Sets `a.b.c` (from `A__B__C`) in `table`; the value is read as TOML when it parses

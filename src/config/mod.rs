@@ -231,13 +231,7 @@ impl Default for RetryConfig {
 
 impl Default for SweepConfig {
     fn default() -> Self {
-        Self {
-            interval_ms: 30_000,
-            batch: 100,
-            grace_ms: 60_000,
-            lease_ms: 30_000,
-            takeover_after_ms: 60_000,
-        }
+        Self { interval_ms: 30_000, batch: 100, grace_ms: 60_000, lease_ms: 30_000, takeover_after_ms: 60_000 }
     }
 }
 
@@ -249,7 +243,10 @@ impl Default for HttpConfig {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        Self { format: LogFormat::Text, level: "info,rocketmq_client_rust=warn,rocketmq_transport=warn,rocketmq_runtime=warn".to_owned() }
+        Self {
+            format: LogFormat::Text,
+            level: "info,rocketmq_client_rust=warn,rocketmq_transport=warn,rocketmq_runtime=warn".to_owned(),
+        }
     }
 }
 

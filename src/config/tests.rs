@@ -30,7 +30,10 @@ fn example_config_loads_with_documented_values() {
 fn env_override_replaces_file_values_with_typed_values() {
     let config = load_with(
         EXAMPLE,
-        &[("OUTBOX_RELAY__SOURCE__SERVER_ID", "77"), ("OUTBOX_RELAY__PRIMARY__URL", "mysql://w:pw@db.example:3306/shop")],
+        &[
+            ("OUTBOX_RELAY__SOURCE__SERVER_ID", "77"),
+            ("OUTBOX_RELAY__PRIMARY__URL", "mysql://w:pw@db.example:3306/shop"),
+        ],
     )
     .expect("overrides are valid");
     assert_eq!(config.source.server_id, 77);

@@ -7,7 +7,11 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     check_db_url("source.url", &config.source.url)?;
     check_db_url("primary.url", &config.primary.url)?;
     if config.source.server_id == 0 {
-        return Err(ConfigError::invalid("source.server_id", 0, "a non-zero replica server_id unique among the source's replicas"));
+        return Err(ConfigError::invalid(
+            "source.server_id",
+            0,
+            "a non-zero replica server_id unique among the source's replicas",
+        ));
     }
     at_least("source.heartbeat_ms", config.source.heartbeat_ms, 100)?;
     at_least("primary.pool_max", config.primary.pool_max as u64, 1)?;
@@ -35,10 +39,18 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         return Err(ConfigError::invalid("checkpoint.path", "\"\"", "a directory path for the RocksDB checkpoint"));
     }
     if config.http.listen.parse::<std::net::SocketAddr>().is_err() {
-        return Err(ConfigError::invalid("http.listen", format!("{:?}", config.http.listen), "ip:port, e.g. 127.0.0.1:9464"));
+        return Err(ConfigError::invalid(
+            "http.listen",
+            format!("{:?}", config.http.listen),
+            "ip:port, e.g. 127.0.0.1:9464",
+        ));
     }
     if tracing_subscriber::EnvFilter::try_new(&config.log.level).is_err() {
-        return Err(ConfigError::invalid("log.level", format!("{:?}", config.log.level), "a tracing filter such as info or outbox_relay=debug,info"));
+        return Err(ConfigError::invalid(
+            "log.level",
+            format!("{:?}", config.log.level),
+            "a tracing filter such as info or outbox_relay=debug,info",
+        ));
     }
     Ok(())
 }
@@ -46,7 +58,10 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
 fn check_rocketmq(config: &Config) -> Result<(), ConfigError> {
     let mq = &config.rocketmq;
     let addresses_ok = !mq.namesrv.is_empty()
-        && mq.namesrv.split(';').all(|a| a.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()));
+        && mq
+            .namesrv
+            .split(';')
+            .all(|a| a.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()));
     if !addresses_ok {
         return Err(ConfigError::invalid("rocketmq.namesrv", format!("{:?}", mq.namesrv), "host:port[;host:port...]"));
     }
@@ -65,17 +80,22 @@ fn check_rocketmq(config: &Config) -> Result<(), ConfigError> {
 }
 
 fn check_db_url(key: &str, url: &DbUrl) -> Result<(), ConfigError> {
-    mysql_async::Opts::from_url(url.expose()).map(drop).map_err(|e| {
-        ConfigError::invalid(key, url, &format!("mysql://user:password@host:port/database ({e})"))
-    })
+    mysql_async::Opts::from_url(url.expose())
+        .map(drop)
+        .map_err(|e| ConfigError::invalid(key, url, &format!("mysql://user:password@host:port/database ({e})")))
 }
 
 fn check_identifier(key: &str, name: &str) -> Result<(), ConfigError> {
-    let ok = !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
+    let ok =
+        !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
     if ok {
         Ok(())
     } else {
-        Err(ConfigError::invalid(key, format!("{name:?}"), "a MySQL identifier of letters, digits, _ or $ (1..=64 chars)"))
+        Err(ConfigError::invalid(
+            key,
+            format!("{name:?}"),
+            "a MySQL identifier of letters, digits, _ or $ (1..=64 chars)",
+        ))
     }
 }
 

@@ -9,7 +9,12 @@ use mysql_async::{Params, Transaction, Value};
 /// Records `version` for (`entity`, `key`) if it is newer than the stored one.
 /// Returns `true` when it is newer (apply the update), `false` when an equal or newer
 /// version was already applied (drop it).
-pub async fn advance_version(tx: &mut Transaction<'_>, entity: &str, key: &str, version: u64) -> Result<bool, mysql_async::Error> {
+pub async fn advance_version(
+    tx: &mut Transaction<'_>,
+    entity: &str,
+    key: &str,
+    version: u64,
+) -> Result<bool, mysql_async::Error> {
     // Affected rows: 1 inserted, 2 updated, 0 unchanged (the stored version is newer).
     tx.exec_drop(
         "INSERT INTO entity_version (entity, entity_key, version) VALUES (?, ?, ?) \

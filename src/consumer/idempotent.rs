@@ -110,10 +110,19 @@ impl<H: EventHandler> IdempotentConsumer<H> {
 
     /// Subscribes `group` to `topic` and processes every delivery through [`Self::process`].
     /// Call it inside the Tokio runtime that owns `pool`.
-    pub async fn subscribe(self: Arc<Self>, namesrv: &str, group: &str, topic: &str, from: StartFrom) -> Result<Subscription, PublishError> {
+    pub async fn subscribe(
+        self: Arc<Self>,
+        namesrv: &str,
+        group: &str,
+        topic: &str,
+        from: StartFrom,
+    ) -> Result<Subscription, PublishError> {
         let runtime = tokio::runtime::Handle::current();
         // The client calls the handler on its blocking threads: block on the async work there.
-        Subscription::start(namesrv, group, topic, from, move |delivery: &Delivery| runtime.block_on(self.process(delivery)).ack()).await
+        Subscription::start(namesrv, group, topic, from, move |delivery: &Delivery| {
+            runtime.block_on(self.process(delivery)).ack()
+        })
+        .await
     }
 
     /// Handles one delivery to the end; never returns an error, only an outcome.
@@ -141,7 +150,10 @@ impl<H: EventHandler> IdempotentConsumer<H> {
             Err(error) => return Outcome::Retry(error.to_string()),
         };
         let mark = tx
-            .exec_drop("INSERT INTO event_dedup (event_id, status, msg_id) VALUES (?, 'PROCESSED', ?)", (key, &delivery.msg_id))
+            .exec_drop(
+                "INSERT INTO event_dedup (event_id, status, msg_id) VALUES (?, 'PROCESSED', ?)",
+                (key, &delivery.msg_id),
+            )
             .await;
         match mark {
             Ok(()) => {}
@@ -167,7 +179,10 @@ impl<H: EventHandler> IdempotentConsumer<H> {
         let result = async {
             let mut tx = self.pool.start_transaction(TxOpts::default()).await?;
             let marked = tx
-                .exec_drop("INSERT INTO event_dedup (event_id, status, msg_id) VALUES (?, 'REJECTED', ?)", (key, &delivery.msg_id))
+                .exec_drop(
+                    "INSERT INTO event_dedup (event_id, status, msg_id) VALUES (?, 'REJECTED', ?)",
+                    (key, &delivery.msg_id),
+                )
                 .await;
             if let Err(error) = marked {
                 let _ = tx.rollback().await;
@@ -198,7 +213,10 @@ impl<H: EventHandler> IdempotentConsumer<H> {
             DedupKey::BizKeyAndPayloadField(field) => {
                 let value: serde_json::Value =
                     serde_json::from_slice(&delivery.body).map_err(|e| format!("payload is not JSON: {e}"))?;
-                let kind = value.get(field).and_then(|v| v.as_str()).ok_or_else(|| format!("payload has no string field `{field}`"))?;
+                let kind = value
+                    .get(field)
+                    .and_then(|v| v.as_str())
+                    .ok_or_else(|| format!("payload has no string field `{field}`"))?;
                 Ok(format!("{}:{kind}", delivery.biz_key))
             }
         }

@@ -25,10 +25,26 @@ impl ConsumerMetrics {
     /// Counters registered in `registry` as `consumer_*_total`.
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
-        registry.register("consumer_processed", "Events processed (business write and dedup mark committed)", metrics.processed.clone());
-        registry.register("consumer_dedup_hits", "Duplicate deliveries acknowledged without processing", metrics.dedup_hits.clone());
-        registry.register("consumer_rejected", "Events rejected as unprocessable and quarantined", metrics.rejected.clone());
-        registry.register("consumer_retries", "Deliveries returned for redelivery after a retryable failure", metrics.retries.clone());
+        registry.register(
+            "consumer_processed",
+            "Events processed (business write and dedup mark committed)",
+            metrics.processed.clone(),
+        );
+        registry.register(
+            "consumer_dedup_hits",
+            "Duplicate deliveries acknowledged without processing",
+            metrics.dedup_hits.clone(),
+        );
+        registry.register(
+            "consumer_rejected",
+            "Events rejected as unprocessable and quarantined",
+            metrics.rejected.clone(),
+        );
+        registry.register(
+            "consumer_retries",
+            "Deliveries returned for redelivery after a retryable failure",
+            metrics.retries.clone(),
+        );
         metrics
     }
 }
@@ -52,7 +68,12 @@ mod tests {
         metrics.processed.inc();
         metrics.dedup_hits.inc_by(4);
         let text = render(&registry);
-        for line in ["consumer_processed_total 1", "consumer_dedup_hits_total 4", "consumer_rejected_total 0", "consumer_retries_total 0"] {
+        for line in [
+            "consumer_processed_total 1",
+            "consumer_dedup_hits_total 4",
+            "consumer_rejected_total 0",
+            "consumer_retries_total 0",
+        ] {
             assert!(text.contains(line), "{line} missing in:\n{text}");
         }
     }

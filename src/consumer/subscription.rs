@@ -86,7 +86,13 @@ impl<H: Handler> MessageListenerConcurrently for Listener<H> {
 
 impl Subscription {
     /// Subscribes `group` to every message of `topic` and starts consuming.
-    pub async fn start<H: Handler>(namesrv: &str, group: &str, topic: &str, from: StartFrom, handler: H) -> Result<Self, PublishError> {
+    pub async fn start<H: Handler>(
+        namesrv: &str,
+        group: &str,
+        topic: &str,
+        from: StartFrom,
+        handler: H,
+    ) -> Result<Self, PublishError> {
         let host = ClientHost::start("rocketmq-consumer")?;
         let builder = DefaultMQPushConsumer::builder(host.runtime())
             .client_config(client_config(namesrv))

@@ -116,7 +116,10 @@ impl Lane {
         let (sendable, oversized): (Vec<LaneEvent>, Vec<LaneEvent>) =
             batch.into_iter().partition(|e| check_size(&e.event, self.settings.max_message_bytes).is_ok());
         for event in oversized {
-            let error = check_size(&event.event, self.settings.max_message_bytes).err().map(|e| e.to_string()).unwrap_or_default();
+            let error = check_size(&event.event, self.settings.max_message_bytes)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             if !self.fail(&[(event.tx_seq, event.event.id)], &error).await {
                 return false;
             }
@@ -218,7 +221,12 @@ async fn fail_durably(
             () = shutdown.cancelled() => return false,
         }
     }
-    tracing::error!(events = ids.len(), first_id = ids.first().copied().unwrap_or_default(), reason, "events marked FAILED (status 3)");
+    tracing::error!(
+        events = ids.len(),
+        first_id = ids.first().copied().unwrap_or_default(),
+        reason,
+        "events marked FAILED (status 3)"
+    );
     let failed = targets.iter().map(|&(tx_seq, id)| LaneReport { tx_seq, id, outcome: Outcome::Failed }).collect();
     reports.send(failed).is_ok()
 }

@@ -157,7 +157,11 @@ impl Coordinator {
     }
 
     /// Resolves a topic's pinned queues and starts its lanes.
-    async fn start_topic(&mut self, topic: &str, reports: &mpsc::UnboundedSender<Vec<LaneReport>>) -> Result<TopicLanes, RelayError> {
+    async fn start_topic(
+        &mut self,
+        topic: &str,
+        reports: &mpsc::UnboundedSender<Vec<LaneReport>>,
+    ) -> Result<TopicLanes, RelayError> {
         let pinned = self.configured.get(topic).or_else(|| self.checkpoint.queue_counts.get(topic)).copied();
         let queues = match pinned {
             Some(count) => self.producer.pinned_queues(topic, count).await,
@@ -173,7 +177,11 @@ impl Coordinator {
                 }
                 Ok(TopicLanes::Queues(queues.into_iter().map(|queue| self.spawn_lane(queue, reports)).collect()))
             }
-            Ok(_) => Ok(self.failing_topic(topic, &PublishError::TopicMissing { topic: topic.to_owned(), queue_count: pinned.unwrap_or(8) }, reports)),
+            Ok(_) => Ok(self.failing_topic(
+                topic,
+                &PublishError::TopicMissing { topic: topic.to_owned(), queue_count: pinned.unwrap_or(8) },
+                reports,
+            )),
             Err(error @ PublishError::TopicMissing { .. }) => Ok(self.failing_topic(topic, &error, reports)),
             Err(error) => Err(error.into()),
         }
@@ -197,7 +205,12 @@ impl Coordinator {
         tx
     }
 
-    fn failing_topic(&self, topic: &str, error: &PublishError, reports: &mpsc::UnboundedSender<Vec<LaneReport>>) -> TopicLanes {
+    fn failing_topic(
+        &self,
+        topic: &str,
+        error: &PublishError,
+        reports: &mpsc::UnboundedSender<Vec<LaneReport>>,
+    ) -> TopicLanes {
         tracing::error!(topic, %error, "topic cannot be published to: its events are marked FAILED");
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run_failing(

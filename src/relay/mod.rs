@@ -25,7 +25,9 @@ use crate::config::{Config, Mode};
 use crate::db::{self, DbError};
 use crate::publish::lane::LaneSettings;
 use crate::publish::rocketmq::{Producer, ProducerSettings, PublishError};
-use crate::source::binlog::{self, ColumnError, ColumnMap, PreflightError, Reader, ReaderSettings, ServerInfo, SourceError};
+use crate::source::binlog::{
+    self, ColumnError, ColumnMap, PreflightError, Reader, ReaderSettings, ServerInfo, SourceError,
+};
 use crate::store::{OutboxTable, StatusStore};
 
 use coordinator::{Coordinator, Inputs};
@@ -68,7 +70,9 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
     let address = config.source.url.address().to_owned();
     let mut conn = source_pool.get_conn().await.map_err(|e| DbError::query("source", &config.source.url, e))?;
     let server = binlog::preflight(&mut conn, &address).await?;
-    ColumnMap::load(&mut conn, &outbox.schema, &outbox.table).await.map_err(|e| DbError::query("source", &config.source.url, e))??;
+    ColumnMap::load(&mut conn, &outbox.schema, &outbox.table)
+        .await
+        .map_err(|e| DbError::query("source", &config.source.url, e))??;
     tracing::info!(version = %server.version, identity = %server.identity, "source checked");
 
     let store = CheckpointStore::open(&config.checkpoint.path)?;
@@ -84,7 +88,9 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
         })
         .await?,
     );
-    let result = run_pipeline(config, outbox, primary, source_pool, server, store, checkpoint, Arc::clone(&producer), shutdown).await;
+    let result =
+        run_pipeline(config, outbox, primary, source_pool, server, store, checkpoint, Arc::clone(&producer), shutdown)
+            .await;
     if let Ok(producer) = Arc::try_unwrap(producer) {
         producer.shutdown().await;
     }
@@ -139,7 +145,8 @@ async fn run_pipeline(
     producer: Arc<Producer>,
     shutdown: CancellationToken,
 ) -> Result<(), RelayError> {
-    let configured: HashMap<String, u32> = config.rocketmq.topics.iter().map(|(t, c)| (t.clone(), c.queue_count)).collect();
+    let configured: HashMap<String, u32> =
+        config.rocketmq.topics.iter().map(|(t, c)| (t.clone(), c.queue_count)).collect();
     for (topic, count) in &configured {
         producer.pinned_queues(topic, *count).await?;
     }

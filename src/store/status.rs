@@ -39,8 +39,9 @@ impl StatusStore {
         if rows.is_empty() {
             return Ok(0);
         }
-        let derived: Vec<&str> =
-            std::iter::once("SELECT ? AS id, ? AS msg_id").chain(std::iter::repeat_n("SELECT ?, ?", rows.len() - 1)).collect();
+        let derived: Vec<&str> = std::iter::once("SELECT ? AS id, ? AS msg_id")
+            .chain(std::iter::repeat_n("SELECT ?, ?", rows.len() - 1))
+            .collect();
         let sql = format!(
             "UPDATE {} o JOIN ({}) v ON o.id = v.id \
              SET o.status = 2, o.msg_id = v.msg_id, o.sent_at = NOW(3), o.owner = NULL, o.lease_until = NULL \
@@ -48,7 +49,8 @@ impl StatusStore {
             self.outbox.qualified(),
             derived.join(" UNION ALL ")
         );
-        let params: Vec<Value> = rows.iter().flat_map(|r| [Value::from(r.id), Value::from(r.msg_id.as_str())]).collect();
+        let params: Vec<Value> =
+            rows.iter().flat_map(|r| [Value::from(r.id), Value::from(r.msg_id.as_str())]).collect();
         let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(sql, Params::Positional(params)).await?;
         Ok(conn.affected_rows())

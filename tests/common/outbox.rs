@@ -65,7 +65,14 @@ impl TestOutbox {
         let sql = format!("INSERT INTO {} (event_id, biz_key, topic, payload) VALUES {values}", self.table.qualified());
         let params: Vec<Value> = rows
             .iter()
-            .flat_map(|r| [r.event_id.as_str().into(), r.biz_key.as_str().into(), r.topic.as_str().into(), r.payload.as_str().into()])
+            .flat_map(|r| {
+                [
+                    r.event_id.as_str().into(),
+                    r.biz_key.as_str().into(),
+                    r.topic.as_str().into(),
+                    r.payload.as_str().into(),
+                ]
+            })
             .collect();
         (sql, Params::Positional(params))
     }
@@ -73,8 +80,10 @@ impl TestOutbox {
     /// event_id -> (status, msg_id) of every row.
     pub async fn statuses(&self) -> HashMap<String, (u8, Option<String>)> {
         let mut conn = self.pool.get_conn().await.expect("conn");
-        let rows: Vec<(String, u8, Option<String>)> =
-            conn.query(format!("SELECT event_id, status, msg_id FROM {}", self.table.qualified())).await.expect("select statuses");
+        let rows: Vec<(String, u8, Option<String>)> = conn
+            .query(format!("SELECT event_id, status, msg_id FROM {}", self.table.qualified()))
+            .await
+            .expect("select statuses");
         rows.into_iter().map(|(id, status, msg)| (id, (status, msg))).collect()
     }
 

@@ -84,7 +84,11 @@ impl RelayProcess {
             if let Some(status) = self.child.try_wait().expect("poll relay") {
                 return status.code();
             }
-            assert!(tokio::time::Instant::now() < until, "relay still running after {deadline:?}:\n{}", self.log_text());
+            assert!(
+                tokio::time::Instant::now() < until,
+                "relay still running after {deadline:?}:\n{}",
+                self.log_text()
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }

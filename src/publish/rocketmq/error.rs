@@ -20,7 +20,9 @@ pub enum Retry {
 pub enum PublishError {
     #[error("broker answered {status} (not SEND_OK): the message is not confirmed stored")]
     NotSendOk { status: String },
-    #[error("topic {topic} does not exist on the cluster: create it with {queue_count} queues, or fix the row's topic")]
+    #[error(
+        "topic {topic} does not exist on the cluster: create it with {queue_count} queues, or fix the row's topic"
+    )]
     TopicMissing { topic: String, queue_count: u32 },
     #[error("message body of event {event_id} is {size} bytes, over the broker limit of {limit} bytes (rocketmq.max_message_bytes)")]
     BodyTooLarge { event_id: String, size: usize, limit: usize },
@@ -53,7 +55,8 @@ impl PublishError {
     pub fn from_client(operation: &'static str, error: &ClientError) -> Self {
         let code = error.broker_response_code();
         let detail = full_message(error);
-        let non_retryable = matches!(code, Some(codes::MESSAGE_ILLEGAL | codes::NO_PERMISSION | codes::TOPIC_NOT_EXIST));
+        let non_retryable =
+            matches!(code, Some(codes::MESSAGE_ILLEGAL | codes::NO_PERMISSION | codes::TOPIC_NOT_EXIST));
         let retry = if non_retryable { Retry::NonRetryable } else { Retry::Retryable };
         PublishError::Client { operation, code, detail, retry }
     }

@@ -120,9 +120,11 @@ impl Producer {
     /// Messages of `topic` whose KEYS hold `key`, from the broker's key index (what
     /// `mqadmin queryMsgByKey` does): proof that an event reached the broker.
     pub async fn find_by_key(&self, topic: &str, key: &str) -> Result<Vec<MessageExt>, PublishError> {
-        let end = u64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis())
-            .unwrap_or(u64::MAX)
-            .saturating_add(60_000);
+        let end = u64::try_from(
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis(),
+        )
+        .unwrap_or(u64::MAX)
+        .saturating_add(60_000);
         let result = self
             .producer
             .clone()

@@ -54,7 +54,11 @@ impl ColumnMap {
     }
 
     /// Reads the table's columns from information_schema.
-    pub async fn load(conn: &mut mysql_async::Conn, schema: &str, table: &str) -> Result<Result<Self, ColumnError>, mysql_async::Error> {
+    pub async fn load(
+        conn: &mut mysql_async::Conn,
+        schema: &str,
+        table: &str,
+    ) -> Result<Result<Self, ColumnError>, mysql_async::Error> {
         let names: Vec<String> = conn
             .exec(
                 "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
@@ -75,13 +79,15 @@ mod tests {
 
     #[test]
     fn maps_by_name_in_any_order() {
-        let map = ColumnMap::from_names("app.o", &names(&["payload", "ID", "topic", "x", "biz_key", "event_id"])).expect("map");
+        let map = ColumnMap::from_names("app.o", &names(&["payload", "ID", "topic", "x", "biz_key", "event_id"]))
+            .expect("map");
         assert_eq!((map.id, map.event_id, map.biz_key, map.topic, map.payload, map.count), (1, 5, 4, 2, 0, 6));
     }
 
     #[test]
     fn names_the_missing_column() {
-        let error = ColumnMap::from_names("app.o", &names(&["id", "event_id", "topic", "payload"])).expect_err("missing");
+        let error =
+            ColumnMap::from_names("app.o", &names(&["id", "event_id", "topic", "payload"])).expect_err("missing");
         assert_eq!(error, ColumnError::Missing { table: "app.o".into(), column: "biz_key" });
         assert!(error.to_string().contains("`biz_key`"));
     }

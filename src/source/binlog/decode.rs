@@ -208,8 +208,12 @@ impl Decoder {
     }
 
     fn to_event(&self, mut row: BinlogRow, columns: &ColumnMap, pos: u64) -> Result<OutboxEvent, DecodeError> {
-        let missing = |column: &'static str| self.bad_row(pos, column, "column missing from the row image (binlog_row_image must be FULL)");
-        let convert = |value: BinlogValue<'_>, column: &'static str| Value::try_from(value).map_err(|e| self.bad_row(pos, column, &e.to_string()));
+        let missing = |column: &'static str| {
+            self.bad_row(pos, column, "column missing from the row image (binlog_row_image must be FULL)")
+        };
+        let convert = |value: BinlogValue<'_>, column: &'static str| {
+            Value::try_from(value).map_err(|e| self.bad_row(pos, column, &e.to_string()))
+        };
         let cloned = |row: &BinlogRow, index: usize, column: &'static str| {
             row.as_ref(index).cloned().ok_or_else(|| missing(column)).and_then(|v| convert(v, column))
         };
@@ -287,10 +291,20 @@ mod tests {
         // map every text field to the VARCHAR column and the payload to the JSON one.
         let mut decoder = Decoder::new("toddy_test", "outbox", "mariadb-bin.000001", GtidState::default());
         let columns = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 3, count: 5 };
-        let commits: Vec<SourceTx> = decode_all("mariadb-bin.000001", &mut decoder, Some(columns)).into_iter().filter(|tx| !tx.events.is_empty()).collect();
+        let commits: Vec<SourceTx> = decode_all("mariadb-bin.000001", &mut decoder, Some(columns))
+            .into_iter()
+            .filter(|tx| !tx.events.is_empty())
+            .collect();
         let summary: Vec<(u64, &str, u64, Option<&str>)> = commits
             .iter()
-            .map(|tx| (tx.events[0].id, std::str::from_utf8(&tx.events[0].payload).unwrap_or("?"), tx.end.pos, tx.end.gtid.as_deref()))
+            .map(|tx| {
+                (
+                    tx.events[0].id,
+                    std::str::from_utf8(&tx.events[0].payload).unwrap_or("?"),
+                    tx.end.pos,
+                    tx.end.gtid.as_deref(),
+                )
+            })
             .collect();
         assert_eq!(summary, [(62, r#"{"foo":1}"#, 702, Some("0-1-1")), (63, r#"{"foo":1}"#, 1074, Some("0-1-2"))]);
         assert!(commits.iter().all(|tx| tx.end.file == "mariadb-bin.000001" && tx.events.len() == 1));
@@ -309,11 +323,17 @@ mod tests {
         // mysql.t(id INT, json_col JSON, name VARCHAR AS (...), age INT AS (...)).
         let mut decoder = Decoder::new("mysql", "t", "json.binlog.000001", GtidState::default());
         let columns = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 1, count: 4 };
-        let events: Vec<OutboxEvent> = decode_all("json.binlog.000001", &mut decoder, Some(columns)).into_iter().flat_map(|tx| tx.events).collect();
+        let events: Vec<OutboxEvent> = decode_all("json.binlog.000001", &mut decoder, Some(columns))
+            .into_iter()
+            .flat_map(|tx| tx.events)
+            .collect();
         assert!(!events.is_empty(), "the fixture's INSERTs were not decoded");
         let parsed: Vec<serde_json::Value> = events
             .iter()
-            .map(|event| serde_json::from_slice(&event.payload).unwrap_or_else(|e| panic!("row {}: not JSON text ({e})", event.id)))
+            .map(|event| {
+                serde_json::from_slice(&event.payload)
+                    .unwrap_or_else(|e| panic!("row {}: not JSON text ({e})", event.id))
+            })
             .collect();
         assert!(parsed.iter().any(|v| v.get("name").is_some()), "binary JSON objects decoded: {parsed:?}");
     }

@@ -113,7 +113,12 @@ impl Reader {
     async fn stream_from(&self, position: &mut BinlogPosition, failures: &mut u32) -> Result<(), Retry> {
         let mut stream = self.connect(position).await?;
         tracing::info!(file = %position.file, pos = position.pos, server_id = self.settings.server_id, "tailing binlog");
-        let mut decoder = Decoder::new(&self.settings.schema, &self.settings.table, &position.file, GtidState::parse(position.gtid.as_deref().unwrap_or_default()));
+        let mut decoder = Decoder::new(
+            &self.settings.schema,
+            &self.settings.table,
+            &position.file,
+            GtidState::parse(position.gtid.as_deref().unwrap_or_default()),
+        );
         decoder.set_columns(self.load_columns().await?);
         let dead_after = self.settings.heartbeat * 3;
         let mut unflushed: Option<BinlogPosition> = None;
@@ -130,10 +135,13 @@ impl Reader {
                 Decoded::NeedColumns => {
                     decoder.set_columns(self.load_columns().await?);
                     match decoder.handle(&event)? {
-                        Decoded::NeedColumns => return Err(Retry::Fatal(SourceError::Fatal(format!(
-                            "the outbox table's column count changed again while reading {}:{}",
-                            position.file, event.header().log_pos()
-                        )))),
+                        Decoded::NeedColumns => {
+                            return Err(Retry::Fatal(SourceError::Fatal(format!(
+                                "the outbox table's column count changed again while reading {}:{}",
+                                position.file,
+                                event.header().log_pos()
+                            ))))
+                        }
                         other => other,
                     }
                 }
@@ -160,7 +168,11 @@ impl Reader {
         let wanted = Self::permits_for(tx.events.len(), self.settings.max_in_flight);
         let count = u32::try_from(wanted).unwrap_or(u32::MAX);
         if count > 0 {
-            let permits = self.permits.acquire_many(count).await.map_err(|_| Retry::Fatal(SourceError::Fatal("pipeline closed".into())))?;
+            let permits = self
+                .permits
+                .acquire_many(count)
+                .await
+                .map_err(|_| Retry::Fatal(SourceError::Fatal("pipeline closed".into())))?;
             permits.forget();
         }
         let end = tx.end.clone();
@@ -170,10 +182,13 @@ impl Reader {
     }
 
     async fn connect(&self, position: &BinlogPosition) -> Result<BinlogStream, Retry> {
-        let opts = Opts::from_url(self.settings.url.expose()).map_err(|e| Retry::Fatal(SourceError::Fatal(e.to_string())))?;
+        let opts =
+            Opts::from_url(self.settings.url.expose()).map_err(|e| Retry::Fatal(SourceError::Fatal(e.to_string())))?;
         let mut conn = Conn::new(opts).await.map_err(|e| Retry::Again(e.to_string()))?;
         let heartbeat_ns = self.settings.heartbeat.as_nanos();
-        conn.query_drop(format!("SET @master_heartbeat_period = {heartbeat_ns}")).await.map_err(|e| Retry::Again(e.to_string()))?;
+        conn.query_drop(format!("SET @master_heartbeat_period = {heartbeat_ns}"))
+            .await
+            .map_err(|e| Retry::Again(e.to_string()))?;
         if self.settings.flavor == Flavor::MariaDb {
             conn.query_drop(format!("SET @mariadb_slave_capability = {}", mariadb::SLAVE_CAPABILITY_GTID))
                 .await
@@ -201,9 +216,9 @@ impl Reader {
                 pos: position.pos,
                 detail: e.message.clone(),
             }),
-            mysql_async::Error::Server(e) if e.code == 1227 || e.code == 1045 => Retry::Fatal(SourceError::Fatal(format!(
-                "{error}; grant REPLICATION SLAVE, REPLICATION CLIENT ON *.* to the source user"
-            ))),
+            mysql_async::Error::Server(e) if e.code == 1227 || e.code == 1045 => Retry::Fatal(SourceError::Fatal(
+                format!("{error}; grant REPLICATION SLAVE, REPLICATION CLIENT ON *.* to the source user"),
+            )),
             _ => Retry::Again(error.to_string()),
         }
     }

@@ -41,9 +41,17 @@ const ACCESS_DENIED: [u16; 3] = [1045, 1142, 1227];
 
 /// Checks binlog settings and returns the server's identity.
 pub async fn check(conn: &mut Conn, address: &str) -> Result<ServerInfo, PreflightError> {
-    let values = text_row(conn, address, "SELECT @@version, @@server_id, @@hostname, @@port, @@log_bin, @@binlog_format, @@binlog_row_image").await?;
-    let [version, server_id, hostname, port, log_bin, format, row_image] = <[String; 7]>::try_from(values)
-        .map_err(|_| PreflightError::Query { address: address.to_owned(), detail: "unexpected answer to SELECT @@version".into() })?;
+    let values = text_row(
+        conn,
+        address,
+        "SELECT @@version, @@server_id, @@hostname, @@port, @@log_bin, @@binlog_format, @@binlog_row_image",
+    )
+    .await?;
+    let [version, server_id, hostname, port, log_bin, format, row_image] =
+        <[String; 7]>::try_from(values).map_err(|_| PreflightError::Query {
+            address: address.to_owned(),
+            detail: "unexpected answer to SELECT @@version".into(),
+        })?;
     let setting = |setting, value: &str, expected, fix| PreflightError::Setting {
         address: address.to_owned(),
         setting,
@@ -52,20 +60,40 @@ pub async fn check(conn: &mut Conn, address: &str) -> Result<ServerInfo, Preflig
         fix,
     };
     if !matches!(log_bin.as_str(), "1" | "ON") {
-        return Err(setting("log_bin", &log_bin, "ON", "start the server with --log-bin (binary logging) and a server_id"));
+        return Err(setting(
+            "log_bin",
+            &log_bin,
+            "ON",
+            "start the server with --log-bin (binary logging) and a server_id",
+        ));
     }
     if !format.eq_ignore_ascii_case("ROW") {
-        return Err(setting("binlog_format", &format, "ROW", "set binlog_format = ROW (STATEMENT and MIXED do not carry row values)"));
+        return Err(setting(
+            "binlog_format",
+            &format,
+            "ROW",
+            "set binlog_format = ROW (STATEMENT and MIXED do not carry row values)",
+        ));
     }
     if !row_image.eq_ignore_ascii_case("FULL") {
-        return Err(setting("binlog_row_image", &row_image, "FULL", "set binlog_row_image = FULL (MINIMAL/NOBLOB can omit outbox columns)"));
+        return Err(setting(
+            "binlog_row_image",
+            &row_image,
+            "FULL",
+            "set binlog_row_image = FULL (MINIMAL/NOBLOB can omit outbox columns)",
+        ));
     }
     let flavor = if version.contains("MariaDB") { Flavor::MariaDb } else { Flavor::MySql };
     let identity = match flavor {
         Flavor::MariaDb => {
             let compress = text_row(conn, address, "SELECT @@log_bin_compress").await?;
             if let Some(value) = compress.into_iter().next().filter(|v| matches!(v.as_str(), "1" | "ON")) {
-                return Err(setting("log_bin_compress", &value, "OFF", "set log_bin_compress = OFF (compressed events cannot be decoded)"));
+                return Err(setting(
+                    "log_bin_compress",
+                    &value,
+                    "OFF",
+                    "set log_bin_compress = OFF (compressed events cannot be decoded)",
+                ));
             }
             format!("{server_id}@{hostname}:{port}")
         }
@@ -80,10 +108,16 @@ pub async fn check(conn: &mut Conn, address: &str) -> Result<ServerInfo, Preflig
 }
 
 /// The server's current binlog end: where a relay without a checkpoint starts.
-pub async fn current_position(conn: &mut Conn, flavor: Flavor, address: &str) -> Result<BinlogPosition, PreflightError> {
+pub async fn current_position(
+    conn: &mut Conn,
+    flavor: Flavor,
+    address: &str,
+) -> Result<BinlogPosition, PreflightError> {
     let status = match raw_text_row(conn, "SHOW MASTER STATUS").await {
         // MySQL 8.4 removed SHOW MASTER STATUS (syntax error 1064 there).
-        Err(mysql_async::Error::Server(e)) if e.code == 1064 => text_row(conn, address, "SHOW BINARY LOG STATUS").await?,
+        Err(mysql_async::Error::Server(e)) if e.code == 1064 => {
+            text_row(conn, address, "SHOW BINARY LOG STATUS").await?
+        }
         other => other.map_err(|e| classify(address, e))?,
     };
     let (file, pos) = match status.as_slice() {
@@ -98,7 +132,9 @@ pub async fn current_position(conn: &mut Conn, flavor: Flavor, address: &str) ->
         fix: "enable binary logging on the source",
     })?;
     let gtid = match flavor {
-        Flavor::MariaDb => text_row(conn, address, "SELECT @@gtid_binlog_pos").await?.into_iter().next().filter(|g| !g.is_empty()),
+        Flavor::MariaDb => {
+            text_row(conn, address, "SELECT @@gtid_binlog_pos").await?.into_iter().next().filter(|g| !g.is_empty())
+        }
         Flavor::MySql => None,
     };
     Ok(BinlogPosition { file, pos, gtid })
