@@ -48,15 +48,9 @@ impl Events {
     }
 }
 
-/// Waits until every one of `event_ids` was consumed at least once; returns all deliveries.
+/// Waits until `expected` distinct events of `events` were consumed; all their deliveries.
 async fn consumed_all(collector: &Collector, events: &Events, expected: usize, deadline: Duration) -> Vec<Received> {
-    let prefix = format!("{}-", events.prefix);
-    eventually(&format!("{expected} distinct events with prefix {prefix} consumed"), deadline, || async {
-        let got = collector.received(|id| id.starts_with(&prefix));
-        let distinct = got.iter().map(|r| r.event_id.as_str()).collect::<std::collections::HashSet<_>>().len();
-        (distinct >= expected).then_some(got)
-    })
-    .await
+    collector.wait_distinct(&format!("{}-", events.prefix), expected, deadline).await
 }
 
 /// How many times each event_id was delivered.

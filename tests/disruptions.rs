@@ -92,13 +92,7 @@ async fn broker_down_marks_nothing_sent_and_everything_is_delivered_after_it_ret
         (outbox.count_status(2).await == 60).then_some(())
     })
     .await;
-    let prefix_dash = format!("{prefix}-");
-    eventually("all 60 events consumed", Duration::from_secs(120), || async {
-        let got = collector.received(|id| id.starts_with(&prefix_dash));
-        let distinct = got.iter().map(|r| r.event_id.as_str()).collect::<std::collections::HashSet<_>>().len();
-        (distinct == 60).then_some(())
-    })
-    .await;
+    collector.wait_distinct(&format!("{prefix}-"), 60, Duration::from_secs(120)).await;
     assert!(relay.log_text().contains("retrying the same batch"), "the relay logged its retries");
     assert_eq!(relay.stop(), Some(0));
     collector.shutdown().await;
@@ -139,13 +133,7 @@ async fn a_killed_binlog_connection_is_reopened_without_loss() {
         (outbox.count_status(2).await == 40).then_some(())
     })
     .await;
-    let prefix_dash = format!("{prefix}-");
-    eventually("all 40 events consumed", Duration::from_secs(60), || async {
-        let got = collector.received(|id| id.starts_with(&prefix_dash));
-        let distinct = got.iter().map(|r| r.event_id.as_str()).collect::<std::collections::HashSet<_>>().len();
-        (distinct == 40).then_some(())
-    })
-    .await;
+    collector.wait_distinct(&format!("{prefix}-"), 40, Duration::from_secs(60)).await;
     assert!(relay.log_text().contains("reconnecting"), "the relay logged the reconnect:\n{}", relay.log_text());
     assert_eq!(relay.stop(), Some(0));
     collector.shutdown().await;

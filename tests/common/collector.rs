@@ -31,6 +31,17 @@ impl Collector {
         self.seen.lock().expect("collector lock").iter().filter(|r| keep(&r.event_id)).cloned().collect()
     }
 
+    /// Waits until `expected` distinct events whose id starts with `prefix` were
+    /// consumed (each at least once); returns all their deliveries so far.
+    pub async fn wait_distinct(&self, prefix: &str, expected: usize, deadline: std::time::Duration) -> Vec<Delivery> {
+        super::eventually(&format!("{expected} distinct events with prefix {prefix} consumed"), deadline, || async {
+            let got = self.received(|id| id.starts_with(prefix));
+            let distinct = got.iter().map(|r| r.event_id.as_str()).collect::<std::collections::HashSet<_>>().len();
+            (distinct >= expected).then_some(got)
+        })
+        .await
+    }
+
     pub async fn shutdown(self) {
         self.subscription.shutdown().await;
     }
