@@ -13,6 +13,7 @@
 //! - [`ack`]: the acknowledged prefix that the [`checkpoint`] may advance to;
 //! - [`store`]: SQL on the primary (schema migrations, status updates);
 //! - [`relay`]: the pipeline's wiring;
+//! - [`metrics`] and [`http`]: Prometheus metrics, /metrics and /healthz;
 //! - [`backoff`]: the one exponential backoff;
 //! - [`outbox`]: the producer helper (enqueue in the caller's transaction);
 //! - [`consumer`]: the idempotent consumer kit;
@@ -30,6 +31,8 @@ pub mod consumer;
 pub mod db;
 pub mod event;
 pub mod exit;
+pub mod http;
+pub mod metrics;
 pub mod outbox;
 pub mod publish;
 pub mod relay;

@@ -235,6 +235,12 @@ async fn rows_committed_while_the_relay_is_stopped_stay_pending_then_are_sent_on
     // A clean stop checkpointed: the restart resumed exactly there, so each event once.
     let counts = delivery_counts(&got);
     assert!(counts.values().all(|&c| c == 1), "each event consumed once: {counts:?}");
+
+    assert!(relay.http_get("/healthz").starts_with("HTTP/1.0 200"), "health endpoint answers 200");
+    let metrics = relay.http_get("/metrics");
+    for line in ["relay_events_sent_total 20", "relay_events_failed_total 0", "outbox_oldest_pending_seconds"] {
+        assert!(metrics.contains(line), "{line} missing from /metrics:\n{metrics}");
+    }
     relay.stop();
     collector.shutdown().await;
 }

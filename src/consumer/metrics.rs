@@ -4,7 +4,6 @@
 //! a little is normal (relay resends, broker redelivery); a sudden rise means the relay
 //! is resending or a replay is running.
 
-use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 
@@ -49,17 +48,10 @@ impl ConsumerMetrics {
     }
 }
 
-/// The registry in the Prometheus text format.
-pub fn render(registry: &Registry) -> String {
-    let mut text = String::new();
-    // Writing into a String cannot fail.
-    let _ = encode(&mut text, registry);
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::render;
 
     #[test]
     fn counters_render_with_the_documented_names() {

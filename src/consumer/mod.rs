@@ -16,6 +16,7 @@ pub mod retention;
 pub mod schema;
 mod subscription;
 
+pub use crate::metrics::render as render_metrics;
 pub use idempotent::{DedupKey, EventHandler, HandlerError, HandlerFuture, IdempotentConsumer, Outcome};
-pub use metrics::{render as render_metrics, ConsumerMetrics};
+pub use metrics::ConsumerMetrics;
 pub use subscription::{Ack, Delivery, Handler, StartFrom, Subscription};

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::rocketmq::{check_size, prepare, Producer, PublishError, Retry};
 use crate::backoff::Backoff;
 use crate::event::OutboxEvent;
+use crate::metrics::RelayMetrics;
 use crate::store::StatusStore;
 
 /// Per-message overhead assumed when sizing a batch (properties, headers).
@@ -64,6 +65,7 @@ pub struct Lane {
     pub status: StatusStore,
     pub settings: Arc<LaneSettings>,
     pub reports: mpsc::UnboundedSender<Vec<LaneReport>>,
+    pub metrics: RelayMetrics,
     pub shutdown: CancellationToken,
 }
 
@@ -155,6 +157,7 @@ impl Lane {
                         tracing::error!(queue = self.queue.queue_id(), topic = %self.queue.topic(), %reason, "marking FAILED");
                         return self.fail(&targets, &reason).await;
                     }
+                    self.metrics.send_retries.inc();
                     if !self.wait_to_retry(attempt, &error).await {
                         return false;
                     }

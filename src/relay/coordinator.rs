@@ -17,6 +17,7 @@ use super::RelayError;
 use crate::ack::AckTracker;
 use crate::checkpoint::{BinlogPosition, Checkpoint, CheckpointStore};
 use crate::config::HashFunction;
+use crate::metrics::RelayMetrics;
 use crate::publish::lane::{run_failing, Lane, LaneEvent, LaneReport, LaneSettings, Outcome};
 use crate::publish::rocketmq::{Producer, PublishError};
 use crate::route::queue_for;
@@ -61,6 +62,7 @@ pub struct Coordinator {
     /// Bounded: when the primary falls behind, the coordinator waits (backpressure)
     /// instead of queueing write-backs without limit.
     pub sent: mpsc::Sender<Sent>,
+    pub metrics: RelayMetrics,
     pub shutdown: CancellationToken,
 }
 
@@ -132,11 +134,15 @@ impl Coordinator {
             match report.outcome {
                 Outcome::Sent { msg_id } => {
                     progress.sent += 1;
+                    self.metrics.sent.inc();
                     // Only fails when the writer is gone (shutdown): the row then stays
                     // PENDING and is sent again later, never lost.
                     let _ = self.sent.send(Sent { id: report.id, msg_id }).await;
                 }
-                Outcome::Failed => progress.failed += 1,
+                Outcome::Failed => {
+                    progress.failed += 1;
+                    self.metrics.failed.inc();
+                }
             }
         }
         self.advance()
@@ -144,11 +150,13 @@ impl Coordinator {
 
     fn advance(&mut self) -> bool {
         let advance = self.tracker.advance();
+        self.metrics.in_flight_transactions.set(i64::try_from(self.tracker.in_flight()).unwrap_or(i64::MAX));
         if advance.permits > 0 {
             self.permits.add_permits(advance.permits);
         }
         match advance.end {
             Some(end) => {
+                self.metrics.checkpoint_position.set(i64::try_from(end.pos).unwrap_or(i64::MAX));
                 self.checkpoint.position = end;
                 true
             }
@@ -199,6 +207,7 @@ impl Coordinator {
             status: self.status.clone(),
             settings: Arc::clone(&self.lane_settings),
             reports: reports.clone(),
+            metrics: self.metrics.clone(),
             shutdown: self.shutdown.clone(),
         };
         tokio::spawn(lane.run(rx));

@@ -23,6 +23,8 @@ use crate::backoff::Backoff;
 use crate::checkpoint::{BinlogPosition, Checkpoint, CheckpointError, CheckpointStore};
 use crate::config::{Config, Mode};
 use crate::db::{self, DbError};
+use crate::http;
+use crate::metrics::RelayMetrics;
 use crate::publish::lane::LaneSettings;
 use crate::publish::rocketmq::{Producer, ProducerSettings, PublishError};
 use crate::source::binlog::{
@@ -80,6 +82,12 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
     drop(conn);
     tracing::info!(file = %checkpoint.position.file, pos = checkpoint.position.pos, gtid = ?checkpoint.position.gtid, "starting from checkpoint");
 
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = RelayMetrics::register(&mut registry);
+    let http_address = http::serve(&config.http.listen, Arc::new(registry), shutdown.clone())
+        .await
+        .map_err(|e| RelayError::State(format!("cannot listen on {} (http.listen): {e}", config.http.listen)))?;
+    tracing::info!("metrics on http://{http_address}/metrics, health on http://{http_address}/healthz");
     let producer = Arc::new(
         Producer::start(ProducerSettings {
             namesrv: config.rocketmq.namesrv.clone(),
@@ -88,9 +96,9 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
         })
         .await?,
     );
-    let result =
-        run_pipeline(config, outbox, primary, source_pool, server, store, checkpoint, Arc::clone(&producer), shutdown)
-            .await;
+    let pipeline =
+        Pipeline { outbox, primary, source_pool, server, store, checkpoint, producer: Arc::clone(&producer), metrics };
+    let result = run_pipeline(config, pipeline, shutdown).await;
     if let Ok(producer) = Arc::try_unwrap(producer) {
         producer.shutdown().await;
     }
@@ -133,9 +141,8 @@ async fn start_checkpoint(
     Ok(checkpoint)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run_pipeline(
-    config: &Config,
+/// Everything the pipeline starts from, once the checks passed.
+struct Pipeline {
     outbox: OutboxTable,
     primary: mysql_async::Pool,
     source_pool: mysql_async::Pool,
@@ -143,8 +150,11 @@ async fn run_pipeline(
     store: CheckpointStore,
     checkpoint: Checkpoint,
     producer: Arc<Producer>,
-    shutdown: CancellationToken,
-) -> Result<(), RelayError> {
+    metrics: RelayMetrics,
+}
+
+async fn run_pipeline(config: &Config, pipeline: Pipeline, shutdown: CancellationToken) -> Result<(), RelayError> {
+    let Pipeline { outbox, primary, source_pool, server, store, checkpoint, producer, metrics } = pipeline;
     let configured: HashMap<String, u32> =
         config.rocketmq.topics.iter().map(|(t, c)| (t.clone(), c.queue_count)).collect();
     for (topic, count) in &configured {
@@ -158,6 +168,7 @@ async fn run_pipeline(
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
     let (sent_tx, sent_rx) = mpsc::channel(SENT_BACKLOG);
     let sent_writer = tokio::spawn(sent_writer::run(status.clone(), sent_rx));
+    tokio::spawn(watch_pending(status.clone(), metrics.clone(), shutdown.clone()));
 
     let reader = Reader::new(
         ReaderSettings {
@@ -196,6 +207,7 @@ async fn run_pipeline(
             backoff,
         }),
         sent: sent_tx,
+        metrics,
         shutdown: shutdown.clone(),
     };
     let coordinated = coordinator.run(Inputs { source: source_rx, reports: reports_rx, reports_tx }).await;
@@ -205,4 +217,24 @@ async fn run_pipeline(
     sent_writer.await.map_err(|e| RelayError::State(format!("status writer task failed: {e}")))?;
     coordinated?;
     read.map_err(RelayError::from)
+}
+
+/// How often the PENDING backlog is measured for `outbox_oldest_pending_seconds`.
+const PENDING_POLL: Duration = Duration::from_secs(5);
+
+/// Keeps the backlog gauges current until shutdown.
+async fn watch_pending(status: StatusStore, metrics: RelayMetrics, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(PENDING_POLL);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => match status.pending_summary().await {
+                Ok((rows, oldest)) => {
+                    metrics.pending_rows.set(i64::try_from(rows).unwrap_or(i64::MAX));
+                    metrics.oldest_pending_seconds.set(oldest);
+                }
+                Err(error) => tracing::warn!(%error, "cannot measure the PENDING backlog"),
+            },
+            () = shutdown.cancelled() => return,
+        }
+    }
 }

@@ -56,6 +56,19 @@ impl StatusStore {
         Ok(conn.affected_rows())
     }
 
+    /// (PENDING rows, age in seconds of the oldest one) for the lag metrics.
+    pub async fn pending_summary(&self) -> Result<(u64, f64), mysql_async::Error> {
+        let mut conn = self.pool.get_conn().await?;
+        let row: Option<(u64, Option<i64>)> = conn
+            .query_first(format!(
+                "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(3)) FROM {} WHERE status = 0",
+                self.outbox.qualified()
+            ))
+            .await?;
+        let (pending, micros) = row.unwrap_or((0, None));
+        Ok((pending, micros.unwrap_or(0).max(0) as f64 / 1e6))
+    }
+
     /// Marks `ids` FAILED with `reason` (status 3, retry_count + 1, last_error).
     pub async fn mark_failed(&self, ids: &[u64], reason: &str) -> Result<u64, mysql_async::Error> {
         if ids.is_empty() {

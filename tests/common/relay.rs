@@ -50,6 +50,7 @@ impl RelayProcess {
             .env("OUTBOX_RELAY__OUTBOX__TABLE", &options.table)
             .env("OUTBOX_RELAY__CHECKPOINT__PATH", &options.checkpoint_dir)
             .env("OUTBOX_RELAY__CHECKPOINT__INTERVAL_MS", "100")
+            .env("OUTBOX_RELAY__HTTP__LISTEN", "127.0.0.1:0")
             .env("OUTBOX_RELAY__RETRY__BACKOFF_INITIAL_MS", "200")
             .env("OUTBOX_RELAY__RETRY__BACKOFF_MAX_MS", "2000")
             .env("OUTBOX_RELAY__ROCKETMQ__PRODUCER_GROUP", unique("relay"))
@@ -104,6 +105,22 @@ impl RelayProcess {
         let pid = self.child.id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status().expect("send SIGTERM");
         self.child.wait().expect("wait relay").code()
+    }
+
+    /// GET `path` from the relay's metrics/health endpoint (its address is in the log).
+    pub fn http_get(&self, path: &str) -> String {
+        use std::io::{Read, Write};
+        let log = self.log_text();
+        let address = log
+            .split("metrics on http://")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or_else(|| panic!("no metrics address in the relay log:\n{log}"));
+        let mut stream = std::net::TcpStream::connect(address).expect("connect to the metrics endpoint");
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").expect("send request");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read response");
+        response
     }
 
     /// The relay's log so far, for assertion messages.

@@ -1,0 +1,67 @@
+//! The relay's own metrics, in Prometheus form (served by `http` at /metrics).
+//!
+//! The one to alert on first is `outbox_oldest_pending_seconds` (the seed's core
+//! metric): how old the oldest PENDING row is, which is the delay consumers feel; a
+//! row count alone misses "few rows, but very old". `relay_events_failed_total`
+//! rising means rows went FAILED (status 3) and need a person.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Counters and gauges of one relay process.
+#[derive(Clone, Default)]
+pub struct RelayMetrics {
+    pub sent: Counter,
+    pub failed: Counter,
+    pub send_retries: Counter,
+    pub in_flight_transactions: Gauge,
+    pub checkpoint_position: Gauge,
+    pub oldest_pending_seconds: Gauge<f64, AtomicU64>,
+    pub pending_rows: Gauge,
+}
+
+impl RelayMetrics {
+    /// The metrics, registered in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register("relay_events_sent", "Events the broker answered SEND_OK for", m.sent.clone());
+        registry.register(
+            "relay_events_failed",
+            "Events marked FAILED (status 3): alert on any increase",
+            m.failed.clone(),
+        );
+        registry.register(
+            "relay_send_retries",
+            "Batch sends retried after a non-SEND_OK answer or an error",
+            m.send_retries.clone(),
+        );
+        registry.register(
+            "relay_in_flight_transactions",
+            "Source transactions read but not yet fully acknowledged",
+            m.in_flight_transactions.clone(),
+        );
+        registry.register(
+            "relay_checkpoint_position",
+            "Binlog position (within its file) of the saved checkpoint",
+            m.checkpoint_position.clone(),
+        );
+        registry.register(
+            "outbox_oldest_pending_seconds",
+            "Age of the oldest PENDING outbox row (the delay consumers feel)",
+            m.oldest_pending_seconds.clone(),
+        );
+        registry.register("outbox_pending_rows", "PENDING outbox rows", m.pending_rows.clone());
+        m
+    }
+}
+
+/// A registry in the Prometheus text format.
+pub fn render(registry: &Registry) -> String {
+    let mut text = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut text, registry);
+    text
+}
