@@ -117,6 +117,21 @@ impl Producer {
         Ok(SendReceipt { msg_ids: batch.msg_ids.clone(), queue_offset: result.queue_offset })
     }
 
+    /// How many messages `topic` holds: the sum of its queues' max offsets (as long as
+    /// the broker has not expired any). Operators compare it with SENT rows.
+    pub async fn stored_count(&self, topic: &str) -> Result<i64, PublishError> {
+        let mut total = 0;
+        for queue in self.live_queues(topic).await? {
+            total += self
+                .producer
+                .clone()
+                .max_offset(&queue)
+                .await
+                .map_err(|e| PublishError::from_client("read queue max offset", &e))?;
+        }
+        Ok(total)
+    }
+
     /// Messages of `topic` whose KEYS hold `key`, from the broker's key index (what
     /// `mqadmin queryMsgByKey` does): proof that an event reached the broker.
     pub async fn find_by_key(&self, topic: &str, key: &str) -> Result<Vec<MessageExt>, PublishError> {
