@@ -12,6 +12,7 @@ use common::collector::Collector;
 use common::outbox::{Row, TestOutbox};
 use common::relay::{RelayOptions, RelayProcess};
 use common::{eventually, fresh_topic, unique, Stack, TEST_TOPIC_QUEUES};
+use mysql_async::prelude::Queryable;
 use outbox_relay::config::HashFunction;
 use outbox_relay::consumer::Delivery as Received;
 use outbox_relay::publish::rocketmq::{Producer, ProducerSettings};
@@ -228,7 +229,21 @@ async fn rows_committed_while_the_relay_is_stopped_stay_pending_then_are_sent_on
     for line in ["relay_events_sent_total 20", "relay_events_failed_total 0", "outbox_oldest_pending_seconds"] {
         assert!(metrics.contains(line), "{line} missing from /metrics:\n{metrics}");
     }
-    relay.stop();
+    assert_eq!(relay.stop(), Some(0));
+    // The clean stop mirrored its checkpoint to the primary.
+    let mirror: Option<(String, u64)> = outbox
+        .pool
+        .get_conn()
+        .await
+        .expect("conn")
+        .exec_first(
+            "SELECT binlog_file, binlog_pos FROM app.outbox_relay_checkpoint WHERE source_id = ?",
+            (format!("app.{}", outbox.name()),),
+        )
+        .await
+        .expect("mirror row");
+    let (file, pos) = mirror.expect("a checkpoint mirror row for this outbox table");
+    assert!(!file.is_empty() && pos > 4, "mirrored position {file}:{pos}");
     collector.shutdown().await;
 }
 

@@ -23,7 +23,7 @@ use crate::publish::rocketmq::{Producer, PublishError};
 use crate::route::queue_for;
 use crate::source::binlog::Reader;
 use crate::source::SourceTx;
-use crate::store::{Sent, StatusStore};
+use crate::store::{CheckpointMirror, Sent, StatusStore};
 
 /// How long shutdown waits for in-flight sends before the final checkpoint.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -50,6 +50,7 @@ pub struct Coordinator {
     pub tracker: AckTracker<BinlogPosition>,
     pub checkpoint: Checkpoint,
     pub store: CheckpointStore,
+    pub mirror: CheckpointMirror,
     pub checkpoint_every: Duration,
     pub producer: Arc<Producer>,
     pub hash: HashFunction,
@@ -89,13 +90,17 @@ impl Coordinator {
                     Some(tx) => dirty |= self.on_tx(tx, &mut topics, &inputs.reports_tx).await?,
                     None => break,
                 },
-                _ = tick.tick() => if std::mem::take(&mut dirty) { self.store.save(&self.checkpoint)?; },
+                _ = tick.tick() => if std::mem::take(&mut dirty) { self.persist()?; },
                 _ = progress_tick.tick() => self.log_progress(&progress),
                 () = self.shutdown.cancelled() => break,
             }
         }
         self.drain(&mut inputs.reports, &mut progress).await;
+        // The last one is awaited: the process is about to exit.
         self.store.save(&self.checkpoint)?;
+        if let Err(error) = self.mirror.save(&self.checkpoint).await {
+            tracing::warn!(%error, "cannot mirror the final checkpoint to outbox_relay_checkpoint");
+        }
         self.log_progress(&progress);
         Ok(())
     }
@@ -148,6 +153,13 @@ impl Coordinator {
         self.advance()
     }
 
+    /// Writes the checkpoint (RocksDB, synced), then mirrors it to the primary.
+    fn persist(&self) -> Result<(), RelayError> {
+        self.store.save(&self.checkpoint)?;
+        self.mirror.save_later(self.checkpoint.clone());
+        Ok(())
+    }
+
     fn advance(&mut self) -> bool {
         let advance = self.tracker.advance();
         self.metrics.in_flight_transactions.set(i64::try_from(self.tracker.in_flight()).unwrap_or(i64::MAX));
@@ -180,7 +192,7 @@ impl Coordinator {
                 let count = u32::try_from(queues.len()).unwrap_or(u32::MAX);
                 if self.checkpoint.queue_counts.insert(topic.to_owned(), count).is_none() {
                     // Pin before the first send of this topic, so a restart routes the same way.
-                    self.store.save(&self.checkpoint)?;
+                    self.persist()?;
                     tracing::info!(topic, queue_count = count, "pinned queue count");
                 }
                 Ok(TopicLanes::Queues(queues.into_iter().map(|queue| self.spawn_lane(queue, reports)).collect()))

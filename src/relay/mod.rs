@@ -30,7 +30,7 @@ use crate::publish::rocketmq::{Producer, ProducerSettings, PublishError};
 use crate::source::binlog::{
     self, ColumnError, ColumnMap, PreflightError, Reader, ReaderSettings, ServerInfo, SourceError,
 };
-use crate::store::{OutboxTable, StatusStore};
+use crate::store::{CheckpointMirror, OutboxTable, StatusStore};
 
 use coordinator::{Coordinator, Inputs};
 
@@ -163,6 +163,7 @@ async fn run_pipeline(config: &Config, pipeline: Pipeline, shutdown: Cancellatio
     let max_in_flight = config.lanes.max_in_flight;
     let permits = Arc::new(Semaphore::new(max_in_flight));
     let backoff = Backoff::new(config.retry.backoff_initial(), config.retry.backoff_max());
+    let mirror = CheckpointMirror::new(primary.clone(), outbox.clone());
     let status = StatusStore::new(primary, outbox.clone());
     let (source_tx, source_rx) = mpsc::channel(64);
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
@@ -192,6 +193,7 @@ async fn run_pipeline(config: &Config, pipeline: Pipeline, shutdown: Cancellatio
         tracker: AckTracker::new(0),
         checkpoint,
         store,
+        mirror,
         checkpoint_every: Duration::from_millis(config.checkpoint.interval_ms),
         producer,
         hash: config.rocketmq.hash,
