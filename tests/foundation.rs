@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::collector::Collector;
-use common::{eventually, unique, Stack, TEST_TOPIC, TEST_TOPIC_QUEUES};
+use common::{eventually, fresh_topic, unique, Stack, TEST_TOPIC, TEST_TOPIC_QUEUES};
 use mysql_async::prelude::Queryable;
 use outbox_relay::event::OutboxEvent;
 use outbox_relay::publish::rocketmq::{Producer, ProducerSettings};
@@ -88,19 +88,21 @@ async fn sync_send_is_send_ok_with_msg_id_and_a_real_consumer_gets_body_keys_and
         send_timeout: Duration::from_secs(5),
     };
     let producer = Producer::start(settings).await.expect("producer starts");
-    let queues = producer.pinned_queues(TEST_TOPIC, TEST_TOPIC_QUEUES).await.expect("topic route");
+    // A topic of its own: a consumer reads only this test's message.
+    let topic = fresh_topic(&stack).await;
+    let queues = producer.pinned_queues(&topic, TEST_TOPIC_QUEUES).await.expect("topic route");
     let event = OutboxEvent {
         id: 1,
         event_id: unique("ev"),
         biz_key: "order-77".to_owned(),
-        topic: TEST_TOPIC.to_owned(),
+        topic: topic.clone(),
         payload: Bytes::from_static(br#"{"order":77,"paid":true}"#),
     };
     let receipt = producer.send_batch(&queues[3], std::slice::from_ref(&event)).await.expect("SEND_OK");
     assert_eq!(receipt.msg_ids.len(), 1);
     assert!(!receipt.msg_ids[0].is_empty());
 
-    let collector = Collector::start(&stack.namesrv, TEST_TOPIC, &unique("found_consumer")).await;
+    let collector = Collector::start(&stack.namesrv, &topic, &unique("found_consumer")).await;
     let got = eventually("the sent message to be consumed", Duration::from_secs(60), || async {
         collector.received(|id| id == event.event_id).into_iter().next()
     })
@@ -112,7 +114,7 @@ async fn sync_send_is_send_ok_with_msg_id_and_a_real_consumer_gets_body_keys_and
 
     // The seed's check: the broker's key index finds it (mqadmin queryMsgByKey).
     let found = eventually("the message to be found by KEYS", Duration::from_secs(30), || async {
-        producer.find_by_key(TEST_TOPIC, &event.event_id).await.ok().filter(|found| !found.is_empty())
+        producer.find_by_key(&topic, &event.event_id).await.ok().filter(|found| !found.is_empty())
     })
     .await;
     assert_eq!(found.len(), 1, "exactly one message carries this event_id");
