@@ -43,6 +43,7 @@ fn direct_code(e: &(dyn std::error::Error + 'static)) -> Option<u8> {
         RelayError::Publish(publish) => publish_code(publish),
         RelayError::Checkpoint(_) => 5,
         RelayError::Source(SourceError::Fatal(_)) => 3,
+        RelayError::Config(_) => 2,
         RelayError::Preflight(_) | RelayError::Columns(_) | RelayError::Source(_) | RelayError::State(_) => 4,
     })
 }

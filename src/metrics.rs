@@ -17,6 +17,9 @@ pub struct RelayMetrics {
     pub sent: Counter,
     pub failed: Counter,
     pub send_retries: Counter,
+    pub swept: Counter,
+    pub reclaimed: Counter,
+    pub position_lost: Counter,
     pub in_flight_transactions: Gauge,
     pub checkpoint_position: Gauge,
     pub oldest_pending_seconds: Gauge<f64, AtomicU64>,
@@ -37,6 +40,17 @@ impl RelayMetrics {
             "relay_send_retries",
             "Batch sends retried after a non-SEND_OK answer or an error",
             m.send_retries.clone(),
+        );
+        registry.register("relay_sweep_claimed", "Rows the sweep claimed (SENDING) to publish", m.swept.clone());
+        registry.register(
+            "relay_sweep_reclaimed",
+            "SENDING rows whose lease expired, put back to PENDING (a sweeper died or stalled)",
+            m.reclaimed.clone(),
+        );
+        registry.register(
+            "relay_binlog_position_lost",
+            "Times the saved binlog position could not be read (purged, another server): a full sweep followed",
+            m.position_lost.clone(),
         );
         registry.register(
             "relay_in_flight_transactions",

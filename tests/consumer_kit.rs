@@ -21,7 +21,7 @@ use outbox_relay::consumer::{
     StartFrom, Subscription,
 };
 use outbox_relay::event::OutboxEvent;
-use outbox_relay::publish::rocketmq::{Producer, ProducerSettings};
+use outbox_relay::publish::rocketmq::Producer;
 
 /// The benefits service's business write: one benefit row per order it processes.
 struct Benefits {
@@ -95,13 +95,7 @@ impl Kit {
         let stack = Stack::from_env();
         let pool = consumer_db(&stack).await;
         let topic = fresh_topic(&stack).await;
-        let producer = Producer::start(ProducerSettings {
-            namesrv: stack.namesrv.clone(),
-            group: unique("kit_producer"),
-            send_timeout: Duration::from_secs(5),
-        })
-        .await
-        .expect("producer");
+        let producer = stack.producer("kit_producer").await;
         Self { stack, pool, topic, producer }
     }
 

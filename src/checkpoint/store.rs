@@ -79,7 +79,12 @@ mod tests {
 
     fn sample() -> Checkpoint {
         Checkpoint {
-            position: BinlogPosition { file: "mariadb-bin.000003".into(), pos: 4242, gtid: Some("0-1-17".into()) },
+            position: BinlogPosition {
+                file: "mariadb-bin.000003".into(),
+                pos: 4242,
+                gtid: Some("0-1-17".into()),
+                commit_time: Some(1_764_500_000),
+            },
             server_identity: "1@db".into(),
             queue_counts: BTreeMap::from([("t-order-event".to_owned(), 8)]),
         }

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::store::ClaimMethod;
 pub use db_url::DbUrl;
 pub use load::{load, load_from_str, ConfigError, ENV_PREFIX};
 
@@ -48,7 +49,9 @@ pub enum HashFunction {
 pub struct Config {
     #[serde(default = "defaults::mode")]
     pub mode: Mode,
-    pub source: SourceConfig,
+    /// Required in binlog mode; unused in poll mode.
+    #[serde(default)]
+    pub source: Option<SourceConfig>,
     pub primary: PrimaryConfig,
     #[serde(default)]
     pub outbox: OutboxConfig,
@@ -151,7 +154,9 @@ pub struct RetryConfig {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SweepConfig {
-    pub interval_ms: u64,
+    /// Time between sweeps; unset: 30 s in binlog mode, the seed's 500 ms in poll mode.
+    pub interval_ms: Option<u64>,
+    /// Most rows per claim (claims repeat at once while they come back full).
     pub batch: usize,
     /// Rows newer than the binlog watermark minus this are left to the binlog path.
     pub grace_ms: u64,
@@ -159,6 +164,8 @@ pub struct SweepConfig {
     pub lease_ms: u64,
     /// Binlog path down this long: the sweep takes over.
     pub takeover_after_ms: u64,
+    /// `auto` (SKIP LOCKED when the server has it), `skip_locked` or `optimistic`.
+    pub claim: ClaimMethod,
 }
 
 /// The local RocksDB checkpoint.
@@ -196,9 +203,31 @@ pub enum LogFormat {
 }
 
 impl Config {
+    /// The binlog source; `validate` guarantees it in binlog mode.
+    pub fn source(&self) -> Result<&SourceConfig, ConfigError> {
+        self.source.as_ref().ok_or_else(|| {
+            ConfigError::invalid(
+                "source",
+                "no [source] section",
+                "a [source] section (url, server_id) when mode = \"binlog\", or mode = \"poll\"",
+            )
+        })
+    }
+
     /// The schema holding the outbox table: `outbox.schema`, else the primary URL's database.
     pub fn outbox_schema(&self) -> Option<&str> {
         self.outbox.schema.as_deref().or_else(|| self.primary.url.database())
+    }
+}
+
+impl SweepConfig {
+    /// The sweep period for `mode`.
+    pub fn interval(&self, mode: Mode) -> Duration {
+        let default = match mode {
+            Mode::Binlog => 30_000,
+            Mode::Poll => 500,
+        };
+        Duration::from_millis(self.interval_ms.unwrap_or(default))
     }
 }
 
@@ -231,7 +260,14 @@ impl Default for RetryConfig {
 
 impl Default for SweepConfig {
     fn default() -> Self {
-        Self { interval_ms: 30_000, batch: 100, grace_ms: 60_000, lease_ms: 30_000, takeover_after_ms: 60_000 }
+        Self {
+            interval_ms: None,
+            batch: 100,
+            grace_ms: 60_000,
+            lease_ms: 30_000,
+            takeover_after_ms: 60_000,
+            claim: ClaimMethod::Auto,
+        }
     }
 }
 
@@ -278,6 +314,6 @@ mod defaults {
         HashFunction::Stable
     }
     pub fn checkpoint_interval_ms() -> u64 {
-        1_000
+        200
     }
 }

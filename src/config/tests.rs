@@ -20,7 +20,8 @@ fn error_of(text: &str, env: &[(&str, &str)]) -> String {
 fn example_config_loads_with_documented_values() {
     let config = load_with(EXAMPLE, &[]).expect("example config is valid");
     assert_eq!(config.mode, Mode::Binlog);
-    assert_eq!(config.source.server_id, 4242);
+    assert_eq!(config.source.as_ref().map(|s| s.server_id), Some(4242));
+    assert_eq!(config.sweep.interval(Mode::Binlog), std::time::Duration::from_secs(30));
     assert_eq!(config.rocketmq.topics["t-order-event"].queue_count, 8);
     assert_eq!(config.retry.max_retry, 8);
     assert_eq!(config.outbox_schema(), Some("app"));
@@ -36,7 +37,7 @@ fn env_override_replaces_file_values_with_typed_values() {
         ],
     )
     .expect("overrides are valid");
-    assert_eq!(config.source.server_id, 77);
+    assert_eq!(config.source.as_ref().map(|s| s.server_id), Some(77));
     assert_eq!(config.primary.url.address(), "db.example:3306");
     assert_eq!(config.outbox_schema(), Some("shop"));
 }
@@ -106,4 +107,28 @@ fn db_url_parts() {
     assert_eq!(url.database(), Some("db"));
     assert_eq!(url.redacted(), "mysql://u:***@h:1/db?x=1");
     assert_eq!(DbUrl::new("mysql://h:1/").database(), None);
+}
+
+#[test]
+fn poll_mode_needs_no_source_and_sweeps_at_the_seeds_pace() {
+    let without_source =
+        EXAMPLE.split("\n[source]\n").next().unwrap_or_default().replace("mode = \"binlog\"", "mode = \"poll\"")
+            + "\n[primary]\n"
+            + EXAMPLE.split("\n[primary]\n").nth(1).unwrap_or_default();
+    let config = load_with(&without_source, &[]).expect("poll mode without [source] is valid");
+    assert!(config.source.is_none());
+    assert_eq!(config.sweep.interval(Mode::Poll), std::time::Duration::from_millis(500));
+    assert_eq!(config.sweep.batch, 100);
+    let message = error_of(&without_source, &[("OUTBOX_RELAY__MODE", "binlog")]);
+    assert!(message.contains("`source`") && message.contains("mode = \"poll\""), "{message}");
+}
+
+#[test]
+fn claim_method_is_auto_unless_set() {
+    let config = load_with(EXAMPLE, &[]).expect("example config is valid");
+    assert_eq!(config.sweep.claim, crate::config::ClaimMethod::Auto);
+    let config = load_with(EXAMPLE, &[("OUTBOX_RELAY__SWEEP__CLAIM", "optimistic")]).expect("optimistic is valid");
+    assert_eq!(config.sweep.claim, crate::config::ClaimMethod::Optimistic);
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__SWEEP__CLAIM", "pessimistic")]);
+    assert!(message.contains("sweep.claim") && message.contains("skip_locked"), "{message}");
 }

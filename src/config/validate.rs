@@ -1,19 +1,13 @@
 //! Semantic checks that types alone cannot express (ranges, URL shapes, names).
 
-use super::{Config, ConfigError, DbUrl};
+use super::{Config, ConfigError, DbUrl, Mode, SourceConfig};
 
 /// Checks every value the relay relies on; the first problem is returned.
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
-    check_db_url("source.url", &config.source.url)?;
-    check_db_url("primary.url", &config.primary.url)?;
-    if config.source.server_id == 0 {
-        return Err(ConfigError::invalid(
-            "source.server_id",
-            0,
-            "a non-zero replica server_id unique among the source's replicas",
-        ));
+    if config.mode == Mode::Binlog {
+        check_source(config.source()?)?;
     }
-    at_least("source.heartbeat_ms", config.source.heartbeat_ms, 100)?;
+    check_db_url("primary.url", &config.primary.url)?;
     at_least("primary.pool_max", config.primary.pool_max as u64, 1)?;
     check_identifier("outbox.table", &config.outbox.table)?;
     match config.outbox_schema() {
@@ -31,7 +25,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     at_least("lanes.max_in_flight", config.lanes.max_in_flight as u64, config.lanes.batch_size as u64)?;
     at_least("retry.backoff_initial_ms", config.retry.backoff_initial_ms, 1)?;
     at_least("retry.backoff_max_ms", config.retry.backoff_max_ms, config.retry.backoff_initial_ms)?;
-    at_least("sweep.interval_ms", config.sweep.interval_ms, 10)?;
+    at_least("sweep.interval_ms", config.sweep.interval(config.mode).as_millis() as u64, 10)?;
     at_least("sweep.batch", config.sweep.batch as u64, 1)?;
     at_least("sweep.lease_ms", config.sweep.lease_ms, 1_000)?;
     at_least("checkpoint.interval_ms", config.checkpoint.interval_ms, 1)?;
@@ -53,6 +47,18 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
+    check_db_url("source.url", &source.url)?;
+    if source.server_id == 0 {
+        return Err(ConfigError::invalid(
+            "source.server_id",
+            0,
+            "a non-zero replica server_id unique among the source's replicas",
+        ));
+    }
+    at_least("source.heartbeat_ms", source.heartbeat_ms, 100)
 }
 
 fn check_rocketmq(config: &Config) -> Result<(), ConfigError> {

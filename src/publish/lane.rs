@@ -2,41 +2,65 @@
 //!
 //! Events of a queue arrive in source order; the lane sends them in synchronous
 //! batches (up to `batch_size` events and the broker's size limit, waiting at most
-//! `linger` to fill one). A batch that does not get SEND_OK is retried in place, with
-//! exponential backoff, so nothing behind it overtakes it (per-key order). After
-//! `max_retry` failed attempts, or at once for a non-retryable error, its events are
-//! written FAILED and the lane moves on. Every event ends in exactly one report.
+//! `linger` to fill one). A batch holds events of one retry kind:
+//! - binlog events are retried in place, with exponential backoff, so nothing behind
+//!   them overtakes them (per-key order); after `max_retry` failed retries they are
+//!   written FAILED and the lane moves on;
+//! - swept rows get one attempt; a failure books the retry in the table
+//!   (`retry_count`, `next_retry_at`) and the sweep claims them again when due, so one
+//!   bad row cannot hold its queue (the seed: "back to polling, not waiting in place").
+//!
+//! Non-retryable errors are FAILED at once. Every event ends in exactly one report.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
+use super::recorder::{Recorder, Target};
 use super::rocketmq::{check_size, prepare, Producer, PublishError, Retry};
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, NextAttempt};
 use crate::event::OutboxEvent;
 use crate::metrics::RelayMetrics;
-use crate::store::StatusStore;
 
 /// Per-message overhead assumed when sizing a batch (properties, headers).
 const MESSAGE_OVERHEAD: usize = 512;
 
-/// An event on its way to a lane, tagged with its source transaction.
+/// An event on its way to a lane, tagged with its source batch.
 #[derive(Debug)]
 pub struct LaneEvent {
     pub tx_seq: u64,
     pub event: OutboxEvent,
+    pub attempts: Attempts,
+}
+
+/// How a failed send of an event is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempts {
+    /// In the lane, holding the queue (binlog events).
+    InPlace,
+    /// Once here; further attempts are booked in the table (swept rows, which had
+    /// failed `failures_before` times already).
+    Once { failures_before: u32 },
+}
+
+impl Attempts {
+    fn same_kind(self, other: Self) -> bool {
+        matches!((self, other), (Self::InPlace, Self::InPlace) | (Self::Once { .. }, Self::Once { .. }))
+    }
 }
 
 /// How an event ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// The broker answered SEND_OK; `msg_id` is the broker's message id.
-    Sent { msg_id: String },
+    /// The broker answered SEND_OK at `at`; `msg_id` is the message's id.
+    Sent { msg_id: String, at: SystemTime },
     /// Durably marked FAILED in the outbox table.
     Failed,
+    /// A swept row whose attempt failed: durably back to PENDING with its next retry time.
+    Deferred,
 }
 
 /// The end of one event, sent back to the coordinator.
@@ -62,11 +86,9 @@ pub struct LaneSettings {
 pub struct Lane {
     pub queue: MessageQueue,
     pub producer: Arc<Producer>,
-    pub status: StatusStore,
     pub settings: Arc<LaneSettings>,
-    pub reports: mpsc::UnboundedSender<Vec<LaneReport>>,
+    pub recorder: Recorder,
     pub metrics: RelayMetrics,
-    pub shutdown: CancellationToken,
 }
 
 impl Lane {
@@ -96,8 +118,9 @@ impl Lane {
                 },
             };
             let size = next.event.payload.len() + MESSAGE_OVERHEAD;
-            if bytes + size > limit {
-                // Too big to join: it starts the next batch (order is kept by sending this one first).
+            let other_kind = batch.first().is_some_and(|b| !b.attempts.same_kind(next.attempts));
+            if bytes + size > limit || other_kind {
+                // It cannot join: it starts the next batch (order is kept by sending this one first).
                 let delivered = self.deliver(std::mem::take(&mut batch)).await;
                 bytes = 0;
                 if !delivered {
@@ -110,55 +133,52 @@ impl Lane {
         batch
     }
 
-    /// Sends one batch to the end (SEND_OK or FAILED). `false` when shut down meanwhile.
+    /// Sends one batch to its end (SEND_OK, FAILED or deferred). `false` when shut down meanwhile.
     async fn deliver(&self, batch: Vec<LaneEvent>) -> bool {
-        if batch.is_empty() {
-            return true;
-        }
         let (sendable, oversized): (Vec<LaneEvent>, Vec<LaneEvent>) =
             batch.into_iter().partition(|e| check_size(&e.event, self.settings.max_message_bytes).is_ok());
         for event in oversized {
-            let error = check_size(&event.event, self.settings.max_message_bytes)
+            let reason = check_size(&event.event, self.settings.max_message_bytes)
                 .err()
                 .map(|e| e.to_string())
                 .unwrap_or_default();
-            if !self.fail(&[(event.tx_seq, event.event.id)], &error).await {
+            if !self.recorder.fail(&[Target::of(&event)], &reason).await {
                 return false;
             }
         }
         if sendable.is_empty() {
             return true;
         }
-        let (targets, events): (Vec<(u64, u64)>, Vec<OutboxEvent>) =
-            sendable.into_iter().map(|e| ((e.tx_seq, e.event.id), e.event)).unzip();
+        let targets: Vec<Target> = sendable.iter().map(Target::of).collect();
+        let events: Vec<OutboxEvent> = sendable.into_iter().map(|e| e.event).collect();
         let batch = match prepare(&events) {
             Ok(batch) => batch,
-            Err(error) => return self.fail(&targets, &error.to_string()).await,
+            Err(error) => return self.recorder.fail(&targets, &error.to_string()).await,
         };
-        let mut attempt = 0u32;
+        let mut failures = 0u32;
         loop {
-            match self.producer.send(&self.queue, &batch).await {
-                Ok(receipt) => {
-                    let reports = targets
-                        .iter()
-                        .zip(receipt.msg_ids)
-                        .map(|(&(tx_seq, id), msg_id)| LaneReport { tx_seq, id, outcome: Outcome::Sent { msg_id } })
-                        .collect();
-                    return self.reports.send(reports).is_ok();
+            let error = match self.producer.send(&self.queue, &batch).await {
+                Ok(receipt) => return self.recorder.sent(&targets, receipt.msg_ids),
+                Err(error) => error,
+            };
+            if error.retry() == Retry::NonRetryable {
+                tracing::error!(queue = self.queue.queue_id(), topic = %self.queue.topic(), %error, events = events.len(), "non-retryable send error: marking FAILED");
+                return self.recorder.fail(&targets, &error.to_string()).await;
+            }
+            if targets.first().is_some_and(|t| t.attempts != Attempts::InPlace) {
+                return self.book_retries(&targets, &error).await;
+            }
+            match self.settings.backoff.after_failure(failures, self.settings.max_retry) {
+                NextAttempt::GiveUp { attempts } => {
+                    let reason = format!("gave up after {attempts} attempts: {error}");
+                    tracing::error!(queue = self.queue.queue_id(), topic = %self.queue.topic(), %reason, "marking FAILED");
+                    return self.recorder.fail(&targets, &reason).await;
                 }
-                Err(error) if error.retry() == Retry::NonRetryable => {
-                    tracing::error!(queue = self.queue.queue_id(), topic = %self.queue.topic(), %error, events = events.len(), "non-retryable send error: marking FAILED");
-                    return self.fail(&targets, &error.to_string()).await;
-                }
-                Err(error) => {
-                    attempt += 1;
-                    if attempt > self.settings.max_retry {
-                        let reason = format!("gave up after {attempt} attempts: {error}");
-                        tracing::error!(queue = self.queue.queue_id(), topic = %self.queue.topic(), %reason, "marking FAILED");
-                        return self.fail(&targets, &reason).await;
-                    }
+                NextAttempt::RetryIn(delay) => {
+                    failures += 1;
                     self.metrics.send_retries.inc();
-                    if !self.wait_to_retry(attempt, &error).await {
+                    tracing::warn!(queue = self.queue.queue_id(), topic = %self.queue.topic(), attempt = failures, retry_in = ?delay, %error, "send not confirmed; retrying the same batch");
+                    if !self.recorder.wait(delay).await {
                         return false;
                     }
                 }
@@ -166,70 +186,40 @@ impl Lane {
         }
     }
 
-    async fn wait_to_retry(&self, attempt: u32, error: &PublishError) -> bool {
-        let delay = self.settings.backoff.delay(attempt);
-        tracing::warn!(queue = self.queue.queue_id(), topic = %self.queue.topic(), attempt, retry_in = ?delay, %error, "send not confirmed; retrying the same batch");
-        tokio::select! {
-            () = tokio::time::sleep(delay) => true,
-            () = self.shutdown.cancelled() => false,
+    /// Swept rows after their one attempt: each goes back to PENDING with its next
+    /// retry time, or FAILED when its retries are used up.
+    async fn book_retries(&self, targets: &[Target], error: &PublishError) -> bool {
+        let mut later: BTreeMap<Duration, Vec<Target>> = BTreeMap::new();
+        let mut give_up = Vec::new();
+        for target in targets {
+            let Attempts::Once { failures_before } = target.attempts else { continue };
+            match self.settings.backoff.after_failure(failures_before, self.settings.max_retry) {
+                NextAttempt::RetryIn(delay) => later.entry(delay).or_default().push(*target),
+                NextAttempt::GiveUp { .. } => give_up.push(*target),
+            }
         }
-    }
-
-    /// Writes FAILED durably (retrying the database until it works), then reports.
-    async fn fail(&self, targets: &[(u64, u64)], reason: &str) -> bool {
-        fail_durably(&self.status, &self.settings.backoff, &self.shutdown, &self.reports, targets, reason).await
+        self.metrics.send_retries.inc();
+        tracing::warn!(queue = self.queue.queue_id(), topic = %self.queue.topic(), %error, rescheduled = targets.len() - give_up.len(), failed = give_up.len(), "swept rows not confirmed; retries booked in the table");
+        for (delay, group) in later {
+            if !self.recorder.defer(&group, delay, &format!("send not confirmed, retry in {delay:?}: {error}")).await {
+                return false;
+            }
+        }
+        let reason = format!("gave up after {} retries: {error}", self.settings.max_retry);
+        give_up.is_empty() || self.recorder.fail(&give_up, &reason).await
     }
 }
 
 /// Fails every event that arrives on `input` with `reason`: the lane of a topic that
 /// cannot be sent to at all (it does not exist on the cluster).
-pub async fn run_failing(
-    mut input: mpsc::UnboundedReceiver<LaneEvent>,
-    reason: String,
-    status: StatusStore,
-    settings: Arc<LaneSettings>,
-    reports: mpsc::UnboundedSender<Vec<LaneReport>>,
-    shutdown: CancellationToken,
-) {
+pub async fn run_failing(mut input: mpsc::UnboundedReceiver<LaneEvent>, reason: String, recorder: Recorder) {
     while let Some(first) = input.recv().await {
-        let mut targets = vec![(first.tx_seq, first.event.id)];
+        let mut targets = vec![Target::of(&first)];
         while let Ok(next) = input.try_recv() {
-            targets.push((next.tx_seq, next.event.id));
+            targets.push(Target::of(&next));
         }
-        if !fail_durably(&status, &settings.backoff, &shutdown, &reports, &targets, &reason).await {
+        if !recorder.fail(&targets, &reason).await {
             return;
         }
     }
-}
-
-/// Writes FAILED for `targets` ((tx_seq, row id) pairs), retrying the database until
-/// it works, then reports them. `false` when shut down first (nothing reported: the
-/// checkpoint stays before them).
-async fn fail_durably(
-    status: &StatusStore,
-    backoff: &Backoff,
-    shutdown: &CancellationToken,
-    reports: &mpsc::UnboundedSender<Vec<LaneReport>>,
-    targets: &[(u64, u64)],
-    reason: &str,
-) -> bool {
-    let ids: Vec<u64> = targets.iter().map(|&(_, id)| id).collect();
-    let mut attempt = 0u32;
-    while let Err(error) = status.mark_failed(&ids, reason).await {
-        attempt += 1;
-        let delay = backoff.delay(attempt);
-        tracing::error!(%error, retry_in = ?delay, "cannot record FAILED on the primary; the checkpoint waits until it is recorded");
-        tokio::select! {
-            () = tokio::time::sleep(delay) => {}
-            () = shutdown.cancelled() => return false,
-        }
-    }
-    tracing::error!(
-        events = ids.len(),
-        first_id = ids.first().copied().unwrap_or_default(),
-        reason,
-        "events marked FAILED (status 3)"
-    );
-    let failed = targets.iter().map(|&(tx_seq, id)| LaneReport { tx_seq, id, outcome: Outcome::Failed }).collect();
-    reports.send(failed).is_ok()
 }

@@ -1,12 +1,13 @@
-//! The coordinator: the one task that sees every transaction and every ack.
+//! The coordinator: the one task that sees every batch and every ack.
 //!
-//! It registers each source transaction with the ack tracker, routes its events to
-//! the lane of `hash(biz_key) % queue_count` (starting lanes on first use), takes the
-//! lanes' reports, forwards SENT rows to the status writer, gives in-flight permits
-//! back as the acknowledged prefix grows, and writes the checkpoint at most every
-//! `checkpoint.interval`. Nothing else writes the checkpoint.
+//! It registers each batch (binlog transaction or sweep claim) with the ack tracker,
+//! routes its events to the lane of `hash(biz_key) % queue_count` (starting lanes on
+//! first use), takes the lanes' reports, forwards SENT rows to the status writer,
+//! gives in-flight permits back as the acknowledged prefix grows, publishes the
+//! binlog path's progress to the sweep's watermark, and writes the checkpoint at
+//! most every `checkpoint.interval`. Nothing else writes the checkpoint.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,12 +19,13 @@ use crate::ack::AckTracker;
 use crate::checkpoint::{BinlogPosition, Checkpoint, CheckpointStore};
 use crate::config::HashFunction;
 use crate::metrics::RelayMetrics;
-use crate::publish::lane::{run_failing, Lane, LaneEvent, LaneReport, LaneSettings, Outcome};
+use crate::publish::lane::{run_failing, Attempts, Lane, LaneEvent, LaneReport, LaneSettings, Outcome};
+use crate::publish::recorder::Recorder;
 use crate::publish::rocketmq::{Producer, PublishError};
 use crate::route::queue_for;
-use crate::source::binlog::Reader;
-use crate::source::SourceTx;
-use crate::store::{CheckpointMirror, Sent, StatusStore};
+use crate::source::{Handoff, Origin, SourceTx};
+use crate::store::{CheckpointMirror, Sent};
+use crate::sweep::Watermark;
 
 /// How long shutdown waits for in-flight sends before the final checkpoint.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -43,14 +45,23 @@ enum TopicLanes {
 struct Progress {
     sent: u64,
     failed: u64,
+    deferred: u64,
+}
+
+/// The binlog path's durable position (binlog mode only).
+pub struct Durable {
+    pub store: CheckpointStore,
+    pub mirror: CheckpointMirror,
+    pub checkpoint: Checkpoint,
 }
 
 /// Everything the coordinator owns.
 pub struct Coordinator {
     pub tracker: AckTracker<BinlogPosition>,
-    pub checkpoint: Checkpoint,
-    pub store: CheckpointStore,
-    pub mirror: CheckpointMirror,
+    /// Queue count per topic in use (saved with the checkpoint in binlog mode).
+    pub pins: BTreeMap<String, u32>,
+    pub durable: Option<Durable>,
+    pub watermark: Arc<Watermark>,
     pub checkpoint_every: Duration,
     pub producer: Arc<Producer>,
     pub hash: HashFunction,
@@ -58,8 +69,8 @@ pub struct Coordinator {
     pub configured: HashMap<String, u32>,
     pub permits: Arc<Semaphore>,
     pub max_in_flight: usize,
-    pub status: StatusStore,
     pub lane_settings: Arc<LaneSettings>,
+    pub recorder: Recorder,
     /// Bounded: when the primary falls behind, the coordinator waits (backpressure)
     /// instead of queueing write-backs without limit.
     pub sent: mpsc::Sender<Sent>,
@@ -71,7 +82,6 @@ pub struct Coordinator {
 pub struct Inputs {
     pub source: mpsc::Receiver<SourceTx>,
     pub reports: mpsc::UnboundedReceiver<Vec<LaneReport>>,
-    pub reports_tx: mpsc::UnboundedSender<Vec<LaneReport>>,
 }
 
 impl Coordinator {
@@ -87,7 +97,7 @@ impl Coordinator {
                 biased;
                 Some(reports) = inputs.reports.recv() => dirty |= self.on_reports(reports, &mut progress).await,
                 tx = inputs.source.recv() => match tx {
-                    Some(tx) => dirty |= self.on_tx(tx, &mut topics, &inputs.reports_tx).await?,
+                    Some(tx) => dirty |= self.on_tx(tx, &mut topics).await?,
                     None => break,
                 },
                 _ = tick.tick() => if std::mem::take(&mut dirty) { self.persist()?; },
@@ -96,27 +106,29 @@ impl Coordinator {
             }
         }
         self.drain(&mut inputs.reports, &mut progress).await;
+        self.log_progress(&progress);
+        let Some(durable) = self.durable.as_mut() else { return Ok(()) };
         // The last one is awaited: the process is about to exit.
-        self.store.save(&self.checkpoint)?;
-        if let Err(error) = self.mirror.save(&self.checkpoint).await {
+        durable.checkpoint.queue_counts = self.pins.clone();
+        durable.store.save(&durable.checkpoint)?;
+        if let Err(error) = durable.mirror.save(&durable.checkpoint).await {
             tracing::warn!(%error, "cannot mirror the final checkpoint to outbox_relay_checkpoint");
         }
-        self.log_progress(&progress);
         Ok(())
     }
 
     /// Registers `tx` and routes its events. Returns whether the watermark moved.
-    async fn on_tx(
-        &mut self,
-        tx: SourceTx,
-        topics: &mut HashMap<String, TopicLanes>,
-        reports: &mpsc::UnboundedSender<Vec<LaneReport>>,
-    ) -> Result<bool, RelayError> {
-        let permits = Reader::permits_for(tx.events.len(), self.max_in_flight);
-        let seq = self.tracker.register(tx.events.len(), permits, tx.end);
-        for event in tx.events {
+    async fn on_tx(&mut self, tx: SourceTx, topics: &mut HashMap<String, TopicLanes>) -> Result<bool, RelayError> {
+        let permits = Handoff::permits_for(tx.events.len(), self.max_in_flight);
+        let (end, failures_before) = match tx.origin {
+            Origin::Binlog { end } => (Some(end), Vec::new()),
+            Origin::BinlogPart => (None, Vec::new()),
+            Origin::Sweep { retry_counts } => (None, retry_counts),
+        };
+        let seq = self.tracker.register(tx.events.len(), permits, end);
+        for (index, event) in tx.events.into_iter().enumerate() {
             if !topics.contains_key(&event.topic) {
-                let lanes = self.start_topic(&event.topic, reports).await?;
+                let lanes = self.start_topic(&event.topic).await?;
                 topics.insert(event.topic.clone(), lanes);
             }
             let lane = match &topics[&event.topic] {
@@ -126,8 +138,12 @@ impl Coordinator {
                 }
                 TopicLanes::Failing(lane) => lane,
             };
+            let attempts = match failures_before.get(index) {
+                Some(&failures_before) => Attempts::Once { failures_before },
+                None => Attempts::InPlace,
+            };
             // A lane only stops at shutdown; its events then stay unacknowledged.
-            let _ = lane.send(LaneEvent { tx_seq: seq, event });
+            let _ = lane.send(LaneEvent { tx_seq: seq, event, attempts });
         }
         Ok(self.advance())
     }
@@ -137,26 +153,29 @@ impl Coordinator {
         for report in reports {
             self.tracker.ack(report.tx_seq);
             match report.outcome {
-                Outcome::Sent { msg_id } => {
+                Outcome::Sent { msg_id, at } => {
                     progress.sent += 1;
                     self.metrics.sent.inc();
                     // Only fails when the writer is gone (shutdown): the row then stays
                     // PENDING and is sent again later, never lost.
-                    let _ = self.sent.send(Sent { id: report.id, msg_id }).await;
+                    let _ = self.sent.send(Sent { id: report.id, msg_id, at }).await;
                 }
                 Outcome::Failed => {
                     progress.failed += 1;
                     self.metrics.failed.inc();
                 }
+                Outcome::Deferred => progress.deferred += 1,
             }
         }
         self.advance()
     }
 
     /// Writes the checkpoint (RocksDB, synced), then mirrors it to the primary.
-    fn persist(&self) -> Result<(), RelayError> {
-        self.store.save(&self.checkpoint)?;
-        self.mirror.save_later(self.checkpoint.clone());
+    fn persist(&mut self) -> Result<(), RelayError> {
+        let Some(durable) = self.durable.as_mut() else { return Ok(()) };
+        durable.checkpoint.queue_counts.clone_from(&self.pins);
+        durable.store.save(&durable.checkpoint)?;
+        durable.mirror.save_later(durable.checkpoint.clone());
         Ok(())
     }
 
@@ -166,23 +185,18 @@ impl Coordinator {
         if advance.permits > 0 {
             self.permits.add_permits(advance.permits);
         }
-        match advance.end {
-            Some(end) => {
-                self.metrics.checkpoint_position.set(i64::try_from(end.pos).unwrap_or(i64::MAX));
-                self.checkpoint.position = end;
-                true
-            }
-            None => false,
+        let (Some(end), Some(durable)) = (advance.end, self.durable.as_mut()) else { return false };
+        self.metrics.checkpoint_position.set(i64::try_from(end.pos).unwrap_or(i64::MAX));
+        if let Some(commit_time) = end.commit_time {
+            self.watermark.acknowledged(commit_time);
         }
+        durable.checkpoint.position = end;
+        true
     }
 
     /// Resolves a topic's pinned queues and starts its lanes.
-    async fn start_topic(
-        &mut self,
-        topic: &str,
-        reports: &mpsc::UnboundedSender<Vec<LaneReport>>,
-    ) -> Result<TopicLanes, RelayError> {
-        let pinned = self.configured.get(topic).or_else(|| self.checkpoint.queue_counts.get(topic)).copied();
+    async fn start_topic(&mut self, topic: &str) -> Result<TopicLanes, RelayError> {
+        let pinned = self.configured.get(topic).or_else(|| self.pins.get(topic)).copied();
         let queues = match pinned {
             Some(count) => self.producer.pinned_queues(topic, count).await,
             None => self.producer.live_queues(topic).await,
@@ -190,19 +204,18 @@ impl Coordinator {
         match queues {
             Ok(queues) if !queues.is_empty() => {
                 let count = u32::try_from(queues.len()).unwrap_or(u32::MAX);
-                if self.checkpoint.queue_counts.insert(topic.to_owned(), count).is_none() {
+                if self.pins.insert(topic.to_owned(), count).is_none() {
                     // Pin before the first send of this topic, so a restart routes the same way.
                     self.persist()?;
                     tracing::info!(topic, queue_count = count, "pinned queue count");
                 }
-                Ok(TopicLanes::Queues(queues.into_iter().map(|queue| self.spawn_lane(queue, reports)).collect()))
+                Ok(TopicLanes::Queues(queues.into_iter().map(|queue| self.spawn_lane(queue)).collect()))
             }
             Ok(_) => Ok(self.failing_topic(
                 topic,
                 &PublishError::TopicMissing { topic: topic.to_owned(), queue_count: pinned.unwrap_or(8) },
-                reports,
             )),
-            Err(error @ PublishError::TopicMissing { .. }) => Ok(self.failing_topic(topic, &error, reports)),
+            Err(error @ PublishError::TopicMissing { .. }) => Ok(self.failing_topic(topic, &error)),
             Err(error) => Err(error.into()),
         }
     }
@@ -210,38 +223,23 @@ impl Coordinator {
     fn spawn_lane(
         &self,
         queue: rocketmq_model::common::message::message_queue::MessageQueue,
-        reports: &mpsc::UnboundedSender<Vec<LaneReport>>,
     ) -> mpsc::UnboundedSender<LaneEvent> {
         let (tx, rx) = mpsc::unbounded_channel();
         let lane = Lane {
             queue,
             producer: Arc::clone(&self.producer),
-            status: self.status.clone(),
             settings: Arc::clone(&self.lane_settings),
-            reports: reports.clone(),
+            recorder: self.recorder.clone(),
             metrics: self.metrics.clone(),
-            shutdown: self.shutdown.clone(),
         };
         tokio::spawn(lane.run(rx));
         tx
     }
 
-    fn failing_topic(
-        &self,
-        topic: &str,
-        error: &PublishError,
-        reports: &mpsc::UnboundedSender<Vec<LaneReport>>,
-    ) -> TopicLanes {
+    fn failing_topic(&self, topic: &str, error: &PublishError) -> TopicLanes {
         tracing::error!(topic, %error, "topic cannot be published to: its events are marked FAILED");
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run_failing(
-            rx,
-            error.to_string(),
-            self.status.clone(),
-            Arc::clone(&self.lane_settings),
-            reports.clone(),
-            self.shutdown.clone(),
-        ));
+        tokio::spawn(run_failing(rx, error.to_string(), self.recorder.clone()));
         TopicLanes::Failing(tx)
     }
 
@@ -259,12 +257,14 @@ impl Coordinator {
     }
 
     fn log_progress(&self, progress: &Progress) {
+        let position = self.durable.as_ref().map(|d| &d.checkpoint.position);
         tracing::info!(
             sent = progress.sent,
             failed = progress.failed,
-            in_flight_transactions = self.tracker.in_flight(),
-            checkpoint_file = %self.checkpoint.position.file,
-            checkpoint_pos = self.checkpoint.position.pos,
+            retries_booked = progress.deferred,
+            in_flight_batches = self.tracker.in_flight(),
+            checkpoint_file = position.map(|p| p.file.as_str()),
+            checkpoint_pos = position.map(|p| p.pos),
             "progress"
         );
     }

@@ -1,17 +1,22 @@
 //! The running relay: checks, start position, and the pipeline's tasks.
 //!
 //! ```text
-//! binlog reader ──SourceTx──> coordinator ──LaneEvent──> lane per queue ──SEND_OK──┐
-//!      ^  permits (bounded in flight)  │  <───────────── LaneReport ────────────────┘
-//!      └───────────────────────────────┤
-//!                                      ├──> checkpoint (RocksDB, after ack)
-//!                                      └──> SENT writer (primary, batched)
+//! binlog reader ──┐                                   ┌──> lane per queue ──SEND_OK──┐
+//!                 ├─SourceTx─> coordinator ─LaneEvent─┤                              │
+//! sweep (claims) ─┘   (permits: bounded in flight)    └<──────── LaneReport ─────────┘
+//!                                │
+//!                                ├──> checkpoint (RocksDB, after ack; binlog mode)
+//!                                └──> SENT writer (primary, batched)
 //! ```
+//!
+//! In poll mode there is no binlog reader and no checkpoint: the sweep alone feeds
+//! the lanes, and the outbox table is the only state.
 
 mod coordinator;
 mod sent_writer;
+mod start;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,19 +25,21 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ack::AckTracker;
 use crate::backoff::Backoff;
-use crate::checkpoint::{BinlogPosition, Checkpoint, CheckpointError, CheckpointStore};
-use crate::config::{Config, Mode};
+use crate::checkpoint::CheckpointError;
+use crate::config::{Config, ConfigError, Mode};
 use crate::db::{self, DbError};
 use crate::http;
 use crate::metrics::RelayMetrics;
 use crate::publish::lane::LaneSettings;
+use crate::publish::recorder::Recorder;
 use crate::publish::rocketmq::{Producer, ProducerSettings, PublishError};
-use crate::source::binlog::{
-    self, ColumnError, ColumnMap, PreflightError, Reader, ReaderSettings, ServerInfo, SourceError,
-};
-use crate::store::{CheckpointMirror, OutboxTable, StatusStore};
+use crate::source::binlog::{ColumnError, PreflightError, Reader, ReaderLinks, ReaderSettings, SourceError};
+use crate::source::Handoff;
+use crate::store::{CheckpointMirror, ClaimStore, OutboxTable, StatusStore};
+use crate::sweep::{BinlogGuard, SweepSettings, Sweeper, Watermark};
 
-use coordinator::{Coordinator, Inputs};
+use coordinator::{Coordinator, Durable, Inputs};
+use start::BinlogStart;
 
 /// SENT write-backs that may wait for the primary before the pipeline slows down.
 const SENT_BACKLOG: usize = 50_000;
@@ -40,6 +47,8 @@ const SENT_BACKLOG: usize = 50_000;
 /// Why the relay stopped (or could not start).
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     #[error(transparent)]
     Db(#[from] DbError),
     #[error(transparent)]
@@ -61,26 +70,39 @@ pub fn outbox_table(config: &Config) -> OutboxTable {
     OutboxTable { schema: config.outbox_schema().unwrap_or_default().to_owned(), table: config.outbox.table.clone() }
 }
 
+/// This process's name in `owner` of the rows it claims: host, pid and start time,
+/// so a restarted relay never mistakes a dead predecessor's leases for its own.
+pub fn process_owner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "relay".to_owned());
+    let started =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    format!("{host}:{}:{started}", std::process::id())
+}
+
 /// Runs the relay until `shutdown` is cancelled or a fatal error.
 pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), RelayError> {
-    if config.mode == Mode::Poll {
-        return Err(RelayError::State("mode = \"poll\" is not implemented yet; use mode = \"binlog\"".into()));
-    }
     let outbox = outbox_table(config);
     let primary = db::connect("primary", &config.primary.url, config.primary.pool_max).await?;
-    let source_pool = db::connect("source", &config.source.url, 2).await?;
-    let address = config.source.url.address().to_owned();
-    let mut conn = source_pool.get_conn().await.map_err(|e| DbError::query("source", &config.source.url, e))?;
-    let server = binlog::preflight(&mut conn, &address).await?;
-    ColumnMap::load(&mut conn, &outbox.schema, &outbox.table)
+    let binlog = match config.mode {
+        Mode::Binlog => Some(start::open(config, &outbox).await?),
+        Mode::Poll => None,
+    };
+    let method = ClaimStore::resolve(&primary, config.sweep.claim)
         .await
-        .map_err(|e| DbError::query("source", &config.source.url, e))??;
-    tracing::info!(version = %server.version, identity = %server.identity, "source checked");
-
-    let store = CheckpointStore::open(&config.checkpoint.path)?;
-    let checkpoint = start_checkpoint(config, &store, &server, &mut conn, &address).await?;
-    drop(conn);
-    tracing::info!(file = %checkpoint.position.file, pos = checkpoint.position.pos, gtid = ?checkpoint.position.gtid, "starting from checkpoint");
+        .map_err(|e| DbError::query("primary", &config.primary.url, e))?;
+    let claims = ClaimStore::new(
+        primary.clone(),
+        outbox.clone(),
+        process_owner(),
+        Duration::from_millis(config.sweep.lease_ms),
+        method,
+    );
+    tracing::info!(mode = ?config.mode, owner = claims.owner(), claim = ?claims.method(), "starting");
 
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = RelayMetrics::register(&mut registry);
@@ -96,8 +118,7 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
         })
         .await?,
     );
-    let pipeline =
-        Pipeline { outbox, primary, source_pool, server, store, checkpoint, producer: Arc::clone(&producer), metrics };
+    let pipeline = Pipeline { outbox, primary, binlog, claims, producer: Arc::clone(&producer), metrics };
     let result = run_pipeline(config, pipeline, shutdown).await;
     if let Ok(producer) = Arc::try_unwrap(producer) {
         producer.shutdown().await;
@@ -105,56 +126,19 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
     result
 }
 
-/// The checkpoint to start from: the saved one, or "now" saved before anything else.
-async fn start_checkpoint(
-    config: &Config,
-    store: &CheckpointStore,
-    server: &ServerInfo,
-    conn: &mut mysql_async::Conn,
-    address: &str,
-) -> Result<Checkpoint, RelayError> {
-    let configured: HashMap<&String, u32> = config.rocketmq.topics.iter().map(|(t, c)| (t, c.queue_count)).collect();
-    if let Some(saved) = store.load()? {
-        for (topic, pinned) in &saved.queue_counts {
-            if let Some(&wanted) = configured.get(topic).filter(|&&wanted| wanted != *pinned) {
-                return Err(RelayError::State(format!(
-                    "rocketmq.topics.{topic}.queue_count is {wanted} but the checkpoint pinned {pinned}: changing it would move keys to other queues and break their order; restore {pinned}, or drain the topic and delete the checkpoint"
-                )));
-            }
-        }
-        if saved.server_identity != server.identity {
-            return Err(RelayError::State(format!(
-                "the checkpoint belongs to source {} but source.url now reaches {}; point source.url back, or move the checkpoint directory aside to start from the current position",
-                saved.server_identity, server.identity
-            )));
-        }
-        return Ok(saved);
-    }
-    let position: BinlogPosition = binlog::current_position(conn, server.flavor, address).await?;
-    let checkpoint = Checkpoint {
-        position,
-        server_identity: server.identity.clone(),
-        queue_counts: configured.into_iter().map(|(t, c)| (t.clone(), c)).collect(),
-    };
-    store.save(&checkpoint)?;
-    tracing::info!("no checkpoint: starting at the current binlog position (saved first)");
-    Ok(checkpoint)
-}
-
 /// Everything the pipeline starts from, once the checks passed.
 struct Pipeline {
     outbox: OutboxTable,
     primary: mysql_async::Pool,
-    source_pool: mysql_async::Pool,
-    server: ServerInfo,
-    store: CheckpointStore,
-    checkpoint: Checkpoint,
+    /// The binlog path (binlog mode only).
+    binlog: Option<BinlogStart>,
+    claims: ClaimStore,
     producer: Arc<Producer>,
     metrics: RelayMetrics,
 }
 
 async fn run_pipeline(config: &Config, pipeline: Pipeline, shutdown: CancellationToken) -> Result<(), RelayError> {
-    let Pipeline { outbox, primary, source_pool, server, store, checkpoint, producer, metrics } = pipeline;
+    let Pipeline { outbox, primary, binlog, claims, producer, metrics } = pipeline;
     let configured: HashMap<String, u32> =
         config.rocketmq.topics.iter().map(|(t, c)| (t.clone(), c.queue_count)).collect();
     for (topic, count) in &configured {
@@ -163,44 +147,84 @@ async fn run_pipeline(config: &Config, pipeline: Pipeline, shutdown: Cancellatio
     let max_in_flight = config.lanes.max_in_flight;
     let permits = Arc::new(Semaphore::new(max_in_flight));
     let backoff = Backoff::new(config.retry.backoff_initial(), config.retry.backoff_max());
-    let mirror = CheckpointMirror::new(primary.clone(), outbox.clone());
-    let status = StatusStore::new(primary, outbox.clone());
+    let status = StatusStore::new(primary.clone(), outbox.clone());
     let (source_tx, source_rx) = mpsc::channel(64);
+    let handoff = Handoff::new(Arc::clone(&permits), max_in_flight, source_tx);
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
     let (sent_tx, sent_rx) = mpsc::channel(SENT_BACKLOG);
     let sent_writer = tokio::spawn(sent_writer::run(status.clone(), sent_rx));
     tokio::spawn(watch_pending(status.clone(), metrics.clone(), shutdown.clone()));
 
-    let reader = Reader::new(
-        ReaderSettings {
-            url: config.source.url.clone(),
-            server_id: config.source.server_id,
-            heartbeat: Duration::from_millis(config.source.heartbeat_ms),
-            schema: outbox.schema.clone(),
-            table: outbox.table.clone(),
-            flavor: server.flavor,
-            max_in_flight,
-            reconnect: Backoff::new(Duration::from_millis(200), Duration::from_secs(10)),
+    let watermark = Arc::new(Watermark::new(binlog.as_ref().and_then(|b| b.checkpoint.position.commit_time)));
+    let (sweeps_tx, sweeps_rx) = mpsc::channel(4);
+    let sweeper = Sweeper {
+        claims: claims.clone(),
+        handoff: handoff.clone(),
+        settings: SweepSettings {
+            interval: config.sweep.interval(config.mode),
+            batch: config.sweep.batch,
+            binlog: binlog.as_ref().map(|_| BinlogGuard {
+                watermark: Arc::clone(&watermark),
+                grace: Duration::from_millis(config.sweep.grace_ms),
+                takeover_after: Duration::from_millis(config.sweep.takeover_after_ms),
+            }),
         },
-        source_pool,
-        Arc::clone(&permits),
-        source_tx,
-    );
+        requests: sweeps_rx,
+        metrics: metrics.clone(),
+    };
+    let sweeper_task = tokio::spawn(sweeper.run(shutdown.child_token()));
+
     let reader_stop = shutdown.child_token();
-    let reader_task = tokio::spawn(reader.run(checkpoint.position.clone(), reader_stop.clone()));
+    let (reader_task, pins, durable) = match binlog {
+        Some(binlog) => {
+            let source = config.source()?;
+            let reader = Reader::new(
+                ReaderSettings {
+                    url: source.url.clone(),
+                    server_id: source.server_id,
+                    heartbeat: Duration::from_millis(source.heartbeat_ms),
+                    schema: outbox.schema.clone(),
+                    table: outbox.table.clone(),
+                    flavor: binlog.server.flavor,
+                    reconnect: Backoff::new(Duration::from_millis(200), Duration::from_secs(10)),
+                    part_events: (max_in_flight / 2).max(1),
+                },
+                ReaderLinks {
+                    pool: binlog.pool,
+                    handoff,
+                    sweeps: sweeps_tx,
+                    watermark: Arc::clone(&watermark),
+                    metrics: metrics.clone(),
+                },
+            );
+            let task = tokio::spawn(reader.run(binlog.start, reader_stop.clone()));
+            let pins = binlog.checkpoint.queue_counts.clone();
+            let durable = Durable {
+                store: binlog.store,
+                mirror: CheckpointMirror::new(primary, outbox.clone()),
+                checkpoint: binlog.checkpoint,
+            };
+            (Some(task), pins, Some(durable))
+        }
+        None => {
+            // Poll mode: no checkpoint; topics not in the config are pinned per process.
+            drop(sweeps_tx);
+            let pins: BTreeMap<String, u32> = configured.iter().map(|(t, c)| (t.clone(), *c)).collect();
+            (None, pins, None)
+        }
+    };
 
     let coordinator = Coordinator {
         tracker: AckTracker::new(0),
-        checkpoint,
-        store,
-        mirror,
+        pins,
+        durable,
+        watermark,
         checkpoint_every: Duration::from_millis(config.checkpoint.interval_ms),
         producer,
         hash: config.rocketmq.hash,
         configured,
         permits,
         max_in_flight,
-        status,
         lane_settings: Arc::new(LaneSettings {
             batch_size: config.lanes.batch_size,
             linger: Duration::from_millis(config.lanes.linger_ms),
@@ -208,17 +232,34 @@ async fn run_pipeline(config: &Config, pipeline: Pipeline, shutdown: Cancellatio
             max_retry: config.retry.max_retry,
             backoff,
         }),
+        recorder: Recorder { status, claims: claims.clone(), backoff, reports: reports_tx, shutdown: shutdown.clone() },
         sent: sent_tx,
         metrics,
         shutdown: shutdown.clone(),
     };
-    let coordinated = coordinator.run(Inputs { source: source_rx, reports: reports_rx, reports_tx }).await;
+    let coordinated = coordinator.run(Inputs { source: source_rx, reports: reports_rx }).await;
     reader_stop.cancel();
-    let read = reader_task.await.map_err(|e| RelayError::State(format!("binlog reader task failed: {e}")))?;
     shutdown.cancel();
+    let read = match reader_task {
+        Some(task) => task.await.map_err(|e| RelayError::State(format!("binlog reader task failed: {e}")))?,
+        None => Ok(()),
+    };
+    sweeper_task.await.map_err(|e| RelayError::State(format!("sweep task failed: {e}")))?;
     sent_writer.await.map_err(|e| RelayError::State(format!("status writer task failed: {e}")))?;
+    release_claims(&claims).await;
     coordinated?;
     read.map_err(RelayError::from)
+}
+
+/// Claimed rows this process did not finish go back to PENDING for the next sweeper.
+async fn release_claims(claims: &ClaimStore) {
+    match claims.release_own().await {
+        Ok(0) => {}
+        Ok(rows) => tracing::info!(rows, "released unfinished claims back to PENDING"),
+        Err(error) => {
+            tracing::warn!(%error, "cannot release unfinished claims; their lease expires and another sweeper takes them")
+        }
+    }
 }
 
 /// How often the PENDING backlog is measured for `outbox_oldest_pending_seconds`.

@@ -1,15 +1,50 @@
-//! Where outbox events come from: the binlog path (the fast path) and, later, the
-//! polling sweep (the fallback). Both hand on committed transactions of typed events.
+//! Where outbox events come from: the binlog path (the fast path) and the polling
+//! sweep (the fallback, and the whole relay in poll mode). Both hand on batches of
+//! committed rows through one [`Handoff`], which bounds what is in flight.
 
 pub mod binlog;
+mod handoff;
+
+pub use handoff::{Handoff, PipelineClosed};
 
 use crate::checkpoint::BinlogPosition;
 use crate::event::OutboxEvent;
 
-/// One committed source transaction: its outbox INSERTs, in binlog order, and the
-/// position right after its commit (where a restart may resume once it is acked).
+/// One batch for the pipeline: a committed source transaction, or rows the sweep claimed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceTx {
+    /// Outbox rows in source order (binlog order, or id order for the sweep).
     pub events: Vec<OutboxEvent>,
-    pub end: BinlogPosition,
+    pub origin: Origin,
+}
+
+/// Where a [`SourceTx`] came from, which decides how its failures are retried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// Read from the binlog: a restart may resume at `end` once this transaction and
+    /// every earlier one are acknowledged. Failed sends are retried in place.
+    Binlog { end: BinlogPosition },
+    /// The first events of a binlog transaction too large to hold whole: handed on
+    /// before its commit event is read, which is safe because a transaction reaches
+    /// the binlog only when it commits. Its end comes with its last part; a reconnect
+    /// reads the transaction again whole (duplicates, never loss).
+    BinlogPart,
+    /// Claimed by the sweep (status SENDING, leased): one send attempt each, then the
+    /// retry is booked in the table. `retry_counts[i]` is `events[i]`'s failures so far.
+    Sweep { retry_counts: Vec<u32> },
+}
+
+impl SourceTx {
+    /// A committed binlog transaction ending at `end`.
+    pub fn binlog(events: Vec<OutboxEvent>, end: BinlogPosition) -> Self {
+        Self { events, origin: Origin::Binlog { end } }
+    }
+
+    /// The binlog position after this transaction; `None` for a sweep batch.
+    pub fn end(&self) -> Option<&BinlogPosition> {
+        match &self.origin {
+            Origin::Binlog { end } => Some(end),
+            Origin::BinlogPart | Origin::Sweep { .. } => None,
+        }
+    }
 }

@@ -6,6 +6,8 @@
 //! event that is neither on the broker nor visibly FAILED in the table.
 //! Neither update touches a row that is already SENT.
 
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Pool, Value};
 
@@ -27,6 +29,9 @@ pub struct StatusStore {
 pub struct Sent {
     pub id: u64,
     pub msg_id: String,
+    /// When the broker answered SEND_OK (stored as `sent_at`, so it measures delivery,
+    /// not how long the batched write-back took).
+    pub at: SystemTime,
 }
 
 impl StatusStore {
@@ -39,18 +44,20 @@ impl StatusStore {
         if rows.is_empty() {
             return Ok(0);
         }
-        let derived: Vec<&str> = std::iter::once("SELECT ? AS id, ? AS msg_id")
-            .chain(std::iter::repeat_n("SELECT ?, ?", rows.len() - 1))
+        let derived: Vec<&str> = std::iter::once("SELECT ? AS id, ? AS msg_id, ? AS sent_at")
+            .chain(std::iter::repeat_n("SELECT ?, ?, ?", rows.len() - 1))
             .collect();
         let sql = format!(
             "UPDATE {} o JOIN ({}) v ON o.id = v.id \
-             SET o.status = 2, o.msg_id = v.msg_id, o.sent_at = NOW(3), o.owner = NULL, o.lease_until = NULL \
-             WHERE o.status <> 2",
+             SET o.status = 2, o.msg_id = v.msg_id, o.sent_at = FROM_UNIXTIME(v.sent_at), o.owner = NULL, \
+             o.lease_until = NULL WHERE o.status <> 2",
             self.outbox.qualified(),
             derived.join(" UNION ALL ")
         );
-        let params: Vec<Value> =
-            rows.iter().flat_map(|r| [Value::from(r.id), Value::from(r.msg_id.as_str())]).collect();
+        let params: Vec<Value> = rows
+            .iter()
+            .flat_map(|r| [Value::from(r.id), Value::from(r.msg_id.as_str()), Value::from(unix_millis_text(r.at))])
+            .collect();
         let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(sql, Params::Positional(params)).await?;
         Ok(conn.affected_rows())
@@ -86,4 +93,10 @@ impl StatusStore {
         conn.exec_drop(sql, Params::Positional(params)).await?;
         Ok(conn.affected_rows())
     }
+}
+
+/// `seconds.millis` since the epoch, as text (exact in SQL, unlike a double).
+fn unix_millis_text(at: SystemTime) -> String {
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    format!("{}.{:03}", since.as_secs(), since.subsec_millis())
 }

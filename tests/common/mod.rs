@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod collector;
+pub mod events;
 pub mod outbox;
 pub mod relay;
 
@@ -35,6 +36,17 @@ impl Stack {
             writer_url: var("OUTBOX_RELAY_TEST_WRITER_URL", "mysql://outbox_writer:writer-secret@127.0.0.1:13306/app"),
             namesrv: var("OUTBOX_RELAY_TEST_NAMESRV", "127.0.0.1:19876"),
         }
+    }
+
+    /// A started producer in a fresh group `{group}_...` (tests check and send with it).
+    pub async fn producer(&self, group: &str) -> outbox_relay::publish::rocketmq::Producer {
+        outbox_relay::publish::rocketmq::Producer::start(outbox_relay::publish::rocketmq::ProducerSettings {
+            namesrv: self.namesrv.clone(),
+            group: unique(group),
+            send_timeout: Duration::from_secs(5),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("producer: {e}\n(start the stack first: scripts/stack up)"))
     }
 
     /// A root pool on the stack's MariaDB; panics with the fix when the stack is down.

@@ -12,13 +12,17 @@ pub struct RelayOptions {
     pub table: String,
     pub checkpoint_dir: PathBuf,
     pub extra_env: Vec<(String, String)>,
+    /// A config file instead of config/relay.toml.
+    pub config: Option<PathBuf>,
+    /// Point `[source]` at the stack (off: the config file decides).
+    pub source: bool,
 }
 
 impl RelayOptions {
     /// A fresh checkpoint directory for `table`.
     pub fn new(table: &str) -> Self {
         let checkpoint_dir = std::env::temp_dir().join(unique("relay-ckpt"));
-        Self { table: table.to_owned(), checkpoint_dir, extra_env: Vec::new() }
+        Self { table: table.to_owned(), checkpoint_dir, extra_env: Vec::new(), config: None, source: true }
     }
 
     pub fn env(mut self, key: &str, value: impl ToString) -> Self {
@@ -38,15 +42,17 @@ impl RelayProcess {
         let log = std::env::temp_dir().join(format!("{}.log", unique("relay")));
         let log_file = std::fs::File::create(&log).expect("relay log file");
         let server_id = 100_000 + (uuid::Uuid::now_v7().as_u128() % 1_000_000_000) as u32;
+        let example = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/config/relay.toml"));
         let mut command = Command::new(env!("CARGO_BIN_EXE_outbox-relay"));
+        command.arg("run").arg("--config").arg(options.config.as_ref().unwrap_or(&example));
+        if options.source {
+            command
+                .env("OUTBOX_RELAY__SOURCE__URL", &stack.repl_url)
+                .env("OUTBOX_RELAY__SOURCE__SERVER_ID", server_id.to_string());
+        }
         command
-            .arg("run")
-            .arg("--config")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/config/relay.toml"))
-            .env("OUTBOX_RELAY__SOURCE__URL", &stack.repl_url)
             .env("OUTBOX_RELAY__PRIMARY__URL", &stack.writer_url)
             .env("OUTBOX_RELAY__ROCKETMQ__NAMESRV", &stack.namesrv)
-            .env("OUTBOX_RELAY__SOURCE__SERVER_ID", server_id.to_string())
             .env("OUTBOX_RELAY__OUTBOX__TABLE", &options.table)
             .env("OUTBOX_RELAY__CHECKPOINT__PATH", &options.checkpoint_dir)
             .env("OUTBOX_RELAY__CHECKPOINT__INTERVAL_MS", "100")
@@ -65,17 +71,36 @@ impl RelayProcess {
     /// Waits until the relay logs that it is tailing the binlog (it saved its start
     /// position before that), so rows written afterwards are the binlog path's.
     pub async fn wait_tailing(&mut self) {
+        self.wait_log("tailing binlog").await;
+    }
+
+    /// Waits until the relay's log contains `text`; panics if it exits first.
+    pub async fn wait_log(&mut self, text: &str) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = self.child.try_wait().expect("poll relay") {
                 panic!("relay exited early ({status}):\n{}", self.log_text());
             }
-            if self.log_text().contains("tailing binlog") {
+            if self.log_text().contains(text) {
                 return;
             }
-            assert!(tokio::time::Instant::now() < deadline, "relay did not start tailing:\n{}", self.log_text());
+            assert!(tokio::time::Instant::now() < deadline, "relay never logged {text:?}:\n{}", self.log_text());
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The value of counter or gauge `name` on the relay's /metrics.
+    pub fn metric(&self, name: &str) -> f64 {
+        let body = self.http_get("/metrics");
+        body.lines()
+            .find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or_else(|| panic!("metric {name} not on /metrics:\n{body}"))
+    }
+
+    /// The OS process id (for SIGSTOP/SIGKILL scenarios).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Waits for the relay to exit on its own (a start-up error); its exit code.

@@ -61,7 +61,7 @@ impl Producer {
     /// The topic's writable queues in a stable order (broker name, queue id), checked
     /// against the pinned count: index `i` is the queue that `hash % count == i` goes to.
     pub async fn pinned_queues(&self, topic: &str, pinned: u32) -> Result<Vec<MessageQueue>, PublishError> {
-        let queues = self.live_queues(topic).await.map_err(|e| missing_topic_or(topic, pinned, e))?;
+        let queues = self.route_queues(topic).await.map_err(|e| missing_topic_or(topic, pinned, e))?;
         if queues.is_empty() {
             return Err(PublishError::TopicMissing { topic: topic.to_owned(), queue_count: pinned });
         }
@@ -72,8 +72,12 @@ impl Producer {
     }
 
     /// The topic's writable queues as the NameServer reports them now, sorted by
-    /// (broker name, queue id).
+    /// (broker name, queue id). A topic without a route is `TopicMissing`.
     pub async fn live_queues(&self, topic: &str) -> Result<Vec<MessageQueue>, PublishError> {
+        self.route_queues(topic).await.map_err(|e| missing_topic_or(topic, DEFAULT_QUEUE_COUNT, e))
+    }
+
+    async fn route_queues(&self, topic: &str) -> Result<Vec<MessageQueue>, PublishError> {
         // The client's admin calls take `&mut`; a clone shares the started producer.
         let mut queues = self
             .producer
@@ -156,9 +160,14 @@ impl Producer {
     }
 }
 
+/// Queue count suggested when a topic that is not pinned in the config is missing.
+const DEFAULT_QUEUE_COUNT: u32 = 8;
+
 fn missing_topic_or(topic: &str, pinned: u32, error: PublishError) -> PublishError {
     match &error {
-        PublishError::Client { detail, .. } if detail.contains("No route") || detail.contains("route info") => {
+        PublishError::Client { detail, .. }
+            if ["No route", "route info", "Can not find Message Queue"].iter().any(|m| detail.contains(m)) =>
+        {
             PublishError::TopicMissing { topic: topic.to_owned(), queue_count: pinned }
         }
         _ => error,

@@ -37,7 +37,12 @@ pub enum Decoded {
     NeedColumns,
     /// A transaction committed.
     Commit(SourceTx),
+    /// A replication heartbeat: the server has nothing newer to send.
+    Heartbeat,
 }
+
+/// HEARTBEAT_LOG_EVENT, and MySQL 8.0.26+'s HEARTBEAT_LOG_EVENT_V2.
+const HEARTBEAT_CODES: [u8; 2] = [0x1B, 0x29];
 
 /// An event the relay must not skip and cannot use.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -63,6 +68,8 @@ pub struct Decoder {
     /// End of the enclosing TRANSACTION_PAYLOAD (MySQL compressed transactions):
     /// events inside it carry no position of their own.
     payload_end: u64,
+    /// Header timestamp of the event being handled (the commit time at XID/COMMIT).
+    event_time: u32,
 }
 
 impl Decoder {
@@ -77,6 +84,7 @@ impl Decoder {
             outbox_maps: HashMap::new(),
             open: Vec::new(),
             payload_end: 0,
+            event_time: 0,
         }
     }
 
@@ -90,14 +98,23 @@ impl Decoder {
         self.open.len()
     }
 
+    /// Takes the events read so far of the open transaction (a part of a large one).
+    pub fn take_open(&mut self) -> Vec<OutboxEvent> {
+        std::mem::take(&mut self.open)
+    }
+
     /// Feeds one event.
     pub fn handle(&mut self, event: &Event) -> Result<Decoded, DecodeError> {
         let header = event.header();
         let pos = u64::from(header.log_pos());
         let code = header.event_type_raw();
+        if HEARTBEAT_CODES.contains(&code) {
+            return Ok(Decoded::Heartbeat);
+        }
         if header.event_type().is_err() {
             return self.handle_mariadb(event, code, pos);
         }
+        self.event_time = header.timestamp();
         let data = event.read_data().map_err(|e| self.malformed(pos, e))?;
         match data {
             Some(EventData::RotateEvent(rotate)) => {
@@ -203,8 +220,13 @@ impl Decoder {
 
     fn commit(&mut self, pos: u64) -> Decoded {
         let pos = if pos == 0 { self.payload_end } else { pos };
-        let end = BinlogPosition { file: self.file.clone(), pos, gtid: self.gtid.render() };
-        Decoded::Commit(SourceTx { events: std::mem::take(&mut self.open), end })
+        let end = BinlogPosition {
+            file: self.file.clone(),
+            pos,
+            gtid: self.gtid.render(),
+            commit_time: Some(self.event_time),
+        };
+        Decoded::Commit(SourceTx::binlog(std::mem::take(&mut self.open), end))
     }
 
     fn to_event(&self, mut row: BinlogRow, columns: &ColumnMap, pos: u64) -> Result<OutboxEvent, DecodeError> {
@@ -279,7 +301,7 @@ mod tests {
             match decoded {
                 Decoded::Commit(tx) => commits.push(tx),
                 Decoded::NeedColumns => panic!("column map does not match the table map"),
-                Decoded::Nothing => {}
+                Decoded::Nothing | Decoded::Heartbeat => {}
             }
         }
         commits
@@ -301,13 +323,15 @@ mod tests {
                 (
                     tx.events[0].id,
                     std::str::from_utf8(&tx.events[0].payload).unwrap_or("?"),
-                    tx.end.pos,
-                    tx.end.gtid.as_deref(),
+                    tx.end().expect("a binlog transaction").pos,
+                    tx.end().expect("a binlog transaction").gtid.as_deref(),
                 )
             })
             .collect();
         assert_eq!(summary, [(62, r#"{"foo":1}"#, 702, Some("0-1-1")), (63, r#"{"foo":1}"#, 1074, Some("0-1-2"))]);
-        assert!(commits.iter().all(|tx| tx.end.file == "mariadb-bin.000001" && tx.events.len() == 1));
+        assert!(commits
+            .iter()
+            .all(|tx| tx.end().expect("a binlog transaction").file == "mariadb-bin.000001" && tx.events.len() == 1));
     }
 
     #[test]
@@ -315,7 +339,7 @@ mod tests {
         let mut decoder = Decoder::new("toddy_test", "not_the_outbox", "mariadb-bin.000001", GtidState::default());
         let commits = decode_all("mariadb-bin.000001", &mut decoder, None);
         assert!(commits.iter().all(|tx| tx.events.is_empty()), "rows of another table became events");
-        assert_eq!(commits.iter().map(|tx| tx.end.pos).max(), Some(1074));
+        assert_eq!(commits.iter().map(|tx| tx.end().expect("a binlog transaction").pos).max(), Some(1074));
     }
 
     #[test]
@@ -342,7 +366,10 @@ mod tests {
     fn mysql_gtids_are_tracked_as_uuid_and_number() {
         let mut decoder = Decoder::new("test", "none", "binlog.000001", GtidState::default());
         let commits = decode_all("binlog_transaction_with_GTID.000001", &mut decoder, None);
-        let gtid = commits.last().and_then(|tx| tx.end.gtid.clone()).expect("a GTID after the last transaction");
+        let gtid = commits
+            .last()
+            .and_then(|tx| tx.end().expect("a binlog transaction").gtid.clone())
+            .expect("a GTID after the last transaction");
         let (uuid, number) = gtid.split_once(':').expect("uuid:number");
         assert_eq!(uuid.len(), 36, "{gtid}");
         assert!(number.parse::<u64>().is_ok(), "{gtid}");

@@ -5,9 +5,15 @@
 //! heartbeats and treats three missed heartbeats as a dead connection. On any
 //! connection error it reconnects with backoff from the end of the last
 //! transaction it handed on (the pipeline still holds everything before), so a
-//! reconnect neither loses nor repeats a transaction. Before handing on a
-//! transaction it takes in-flight permits: when the pipeline is full it stops
-//! reading, which is the backpressure that bounds memory.
+//! reconnect neither loses nor repeats a transaction. Transactions go through the
+//! [`Handoff`]: when the pipeline is full it stops reading, which bounds memory.
+//!
+//! When the position can no longer be read (binlog purged, another server: error
+//! 1236) it neither stops forever nor skips: it counts and logs the loss, records
+//! the current position, has the sweep send every PENDING row committed so far,
+//! then attaches at the recorded position. The same full sweep runs before the
+//! first tail of a fresh checkpoint, so rows committed before the first start are
+//! delivered too.
 
 mod columns;
 mod decode;
@@ -16,12 +22,12 @@ mod mariadb;
 mod preflight;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, Opts, Pool};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 pub use columns::{ColumnError, ColumnMap};
@@ -29,10 +35,12 @@ pub use decode::{DecodeError, Decoded, Decoder};
 pub use gtid::GtidState;
 pub use preflight::{check as preflight, current_position, Flavor, PreflightError, ServerInfo};
 
-use super::SourceTx;
+use super::{Handoff, Origin, SourceTx};
 use crate::backoff::Backoff;
 use crate::checkpoint::BinlogPosition;
 use crate::config::DbUrl;
+use crate::metrics::RelayMetrics;
+use crate::sweep::{FullSweep, Watermark};
 
 /// How long position-only progress (transactions without outbox rows) may wait
 /// before it is handed on, so the checkpoint follows an idle or busy-elsewhere source.
@@ -45,8 +53,6 @@ pub enum SourceError {
     Decode(#[from] DecodeError),
     #[error(transparent)]
     Columns(#[from] ColumnError),
-    #[error("the source no longer has binlog {file} at {pos} (purged, or a different server): {detail}")]
-    PositionLost { file: String, pos: u64, detail: String },
     #[error("source database: {0}")]
     Fatal(String),
 }
@@ -60,54 +66,136 @@ pub struct ReaderSettings {
     pub schema: String,
     pub table: String,
     pub flavor: Flavor,
-    pub max_in_flight: usize,
     pub reconnect: Backoff,
+    /// A transaction with more outbox events than this is handed on in parts, so
+    /// memory stays bounded however large it is (half the in-flight budget).
+    pub part_events: usize,
+}
+
+/// What the reader talks to besides the source.
+pub struct ReaderLinks {
+    /// Pool for information_schema look-ups and position queries while streaming.
+    pub pool: Pool,
+    pub handoff: Handoff,
+    /// Where full sweeps are requested (first start, lost position).
+    pub sweeps: mpsc::Sender<FullSweep>,
+    /// Connection state for the sweep's takeover.
+    pub watermark: Arc<Watermark>,
+    pub metrics: RelayMetrics,
+}
+
+/// Where the reader starts.
+#[derive(Debug, Clone)]
+pub struct Start {
+    pub position: BinlogPosition,
+    pub kind: StartKind,
+}
+
+/// Why the reader starts where it does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartKind {
+    /// From the saved checkpoint.
+    Resume,
+    /// No checkpoint: a full sweep first, then tail from the recorded current position.
+    Fresh,
+    /// The saved position means nothing on this source (the reason): counted as a
+    /// lost position, a full sweep first, then tail from the current position.
+    PositionLost(String),
 }
 
 /// The binlog reader task.
 pub struct Reader {
     settings: ReaderSettings,
-    /// Pool for information_schema look-ups while streaming.
-    pool: Pool,
-    permits: Arc<Semaphore>,
-    output: mpsc::Sender<SourceTx>,
+    links: ReaderLinks,
 }
 
 impl Reader {
-    pub fn new(settings: ReaderSettings, pool: Pool, permits: Arc<Semaphore>, output: mpsc::Sender<SourceTx>) -> Self {
-        Self { settings, pool, permits, output }
-    }
-
-    /// Permits a transaction of `events` events takes: one per event, but at most
-    /// the whole budget, so a transaction larger than the budget waits for an empty
-    /// pipeline instead of waiting forever.
-    pub fn permits_for(events: usize, max_in_flight: usize) -> usize {
-        events.min(max_in_flight)
+    pub fn new(settings: ReaderSettings, links: ReaderLinks) -> Self {
+        Self { settings, links }
     }
 
     /// Streams from `start` until `shutdown` or a fatal error, reconnecting as needed.
-    pub async fn run(self, start: BinlogPosition, shutdown: CancellationToken) -> Result<(), SourceError> {
-        let mut position = start;
+    pub async fn run(self, start: Start, shutdown: CancellationToken) -> Result<(), SourceError> {
+        tokio::select! {
+            result = self.serve(start) => result,
+            () = shutdown.cancelled() => Ok(()),
+        }
+    }
+
+    async fn serve(&self, start: Start) -> Result<(), SourceError> {
+        let mut position = start.position;
+        match start.kind {
+            StartKind::Resume => {}
+            StartKind::Fresh => self.full_sweep("first start: no checkpoint".into(), &position).await?,
+            StartKind::PositionLost(reason) => self.position_lost(reason, &position).await?,
+        }
         let mut failures = 0u32;
         loop {
-            let outcome = tokio::select! {
-                outcome = self.stream_from(&mut position, &mut failures) => outcome,
-                () = shutdown.cancelled() => return Ok(()),
-            };
-            match outcome {
+            let reason = match self.stream_from(&mut position, &mut failures).await {
                 Ok(()) => return Ok(()),
                 Err(Retry::Fatal(error)) => return Err(error),
-                Err(Retry::Again(reason)) => {
+                Err(Retry::PositionLost(detail)) => {
+                    position = self.recover_lost_position(&position, &detail).await?;
+                    continue;
+                }
+                Err(Retry::Again(reason)) => reason,
+            };
+            self.links.watermark.source_down();
+            failures += 1;
+            let delay = self.settings.reconnect.delay(failures);
+            tracing::warn!(%reason, file = %position.file, pos = position.pos, retry_in = ?delay, "binlog connection lost; reconnecting");
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// The saved position is gone: count it, take the current one, sweep everything
+    /// committed so far, and resume at the current position.
+    async fn recover_lost_position(&self, lost: &BinlogPosition, detail: &str) -> Result<BinlogPosition, SourceError> {
+        let current = self.current_position().await?;
+        let reason = format!("the source cannot read binlog {}:{} any more (purged?): {detail}", lost.file, lost.pos);
+        self.position_lost(reason, &current).await?;
+        Ok(current)
+    }
+
+    /// Counts and reports a lost position, then sweeps and moves on to `resume_at`.
+    async fn position_lost(&self, reason: String, resume_at: &BinlogPosition) -> Result<(), SourceError> {
+        self.links.metrics.position_lost.inc();
+        tracing::error!(%reason, file = %resume_at.file, pos = resume_at.pos, "binlog position lost: sweeping every PENDING row, then tailing from the current position; nothing is skipped");
+        self.full_sweep(reason, resume_at).await
+    }
+
+    async fn current_position(&self) -> Result<BinlogPosition, SourceError> {
+        let address = self.settings.url.address().to_owned();
+        let mut failures = 0u32;
+        loop {
+            let position = match self.links.pool.get_conn().await {
+                Ok(mut conn) => {
+                    current_position(&mut conn, self.settings.flavor, &address).await.map_err(|e| e.to_string())
+                }
+                Err(error) => Err(error.to_string()),
+            };
+            match position {
+                Ok(position) => return Ok(position),
+                Err(error) => {
                     failures += 1;
                     let delay = self.settings.reconnect.delay(failures);
-                    tracing::warn!(%reason, file = %position.file, pos = position.pos, retry_in = ?delay, "binlog connection lost; reconnecting");
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        () = shutdown.cancelled() => return Ok(()),
-                    }
+                    tracing::warn!(%error, retry_in = ?delay, "cannot read the source's current binlog position; retrying");
+                    tokio::time::sleep(delay).await;
                 }
             }
         }
+    }
+
+    /// Has the sweep hand on every row committed so far, then moves the checkpoint to
+    /// `from` (where tailing starts) once everything before is acknowledged.
+    async fn full_sweep(&self, reason: String, from: &BinlogPosition) -> Result<(), SourceError> {
+        let (done, swept) = oneshot::channel();
+        let closed = || SourceError::Fatal("the sweep has stopped".into());
+        self.links.sweeps.send(FullSweep { reason, done }).await.map_err(|_| closed())?;
+        swept.await.map_err(|_| closed())?;
+        let mut end = from.clone();
+        end.commit_time = end.commit_time.or(Some(unix_now()));
+        self.links.handoff.send(SourceTx::binlog(Vec::new(), end)).await.map_err(|_| closed())
     }
 
     async fn stream_from(&self, position: &mut BinlogPosition, failures: &mut u32) -> Result<(), Retry> {
@@ -123,14 +211,19 @@ impl Reader {
         let dead_after = self.settings.heartbeat * 3;
         let mut unflushed: Option<BinlogPosition> = None;
         let mut last_flush = tokio::time::Instant::now();
+        let mut streaming = false;
         loop {
             let event = match tokio::time::timeout(dead_after, stream.next()).await {
                 Err(_) => return Err(Retry::Again(format!("no event or heartbeat for {dead_after:?}"))),
                 Ok(None) => return Err(Retry::Again("the server closed the binlog stream".into())),
-                Ok(Some(Err(e))) => return Err(self.stream_error(position, e)),
+                Ok(Some(Err(e))) => return Err(self.stream_error(e)),
                 Ok(Some(Ok(event))) => event,
             };
-            *failures = 0;
+            if !streaming {
+                streaming = true;
+                *failures = 0;
+                self.links.watermark.source_up();
+            }
             let tx = match decoder.handle(&event)? {
                 Decoded::NeedColumns => {
                     decoder.set_columns(self.load_columns().await?);
@@ -147,37 +240,41 @@ impl Reader {
                 }
                 other => other,
             };
+            let mut flush_now = false;
             match tx {
-                Decoded::Commit(tx) if tx.events.is_empty() => unflushed = Some(tx.end),
+                Decoded::Commit(tx) if tx.events.is_empty() => unflushed = tx.end().cloned(),
                 Decoded::Commit(tx) => {
                     unflushed = None;
                     last_flush = tokio::time::Instant::now();
                     self.hand_on(tx, position).await?;
                 }
-                Decoded::Nothing | Decoded::NeedColumns => {}
+                Decoded::Heartbeat if decoder.open_events() == 0 => {
+                    // Read up to the end: the binlog path has seen everything committed until now.
+                    let mut end = unflushed.take().unwrap_or_else(|| position.clone());
+                    end.commit_time = Some(unix_now());
+                    unflushed = Some(end);
+                    flush_now = true;
+                }
+                Decoded::Nothing if decoder.open_events() >= self.settings.part_events => {
+                    let part = SourceTx { events: decoder.take_open(), origin: Origin::BinlogPart };
+                    self.hand_on(part, position).await?;
+                }
+                Decoded::Heartbeat | Decoded::Nothing | Decoded::NeedColumns => {}
             }
             let idle_or_due = decoder.open_events() == 0 && last_flush.elapsed() >= POSITION_FLUSH;
-            if let Some(end) = unflushed.take_if(|_| idle_or_due) {
+            if let Some(end) = unflushed.take_if(|_| idle_or_due || flush_now) {
                 last_flush = tokio::time::Instant::now();
-                self.hand_on(SourceTx { events: Vec::new(), end }, position).await?;
+                self.hand_on(SourceTx::binlog(Vec::new(), end), position).await?;
             }
         }
     }
 
     async fn hand_on(&self, tx: SourceTx, position: &mut BinlogPosition) -> Result<(), Retry> {
-        let wanted = Self::permits_for(tx.events.len(), self.settings.max_in_flight);
-        let count = u32::try_from(wanted).unwrap_or(u32::MAX);
-        if count > 0 {
-            let permits = self
-                .permits
-                .acquire_many(count)
-                .await
-                .map_err(|_| Retry::Fatal(SourceError::Fatal("pipeline closed".into())))?;
-            permits.forget();
+        let end = tx.end().cloned();
+        self.links.handoff.send(tx).await.map_err(|e| Retry::Fatal(SourceError::Fatal(e.to_string())))?;
+        if let Some(end) = end {
+            *position = end;
         }
-        let end = tx.end.clone();
-        self.output.send(tx).await.map_err(|_| Retry::Fatal(SourceError::Fatal("pipeline closed".into())))?;
-        *position = end;
         Ok(())
     }
 
@@ -197,25 +294,21 @@ impl Reader {
         let request = BinlogStreamRequest::new(self.settings.server_id)
             .with_filename(position.file.as_bytes())
             .with_pos(position.pos);
-        conn.get_binlog_stream(request).await.map_err(|e| self.stream_error(position, e))
+        conn.get_binlog_stream(request).await.map_err(|e| self.stream_error(e))
     }
 
     async fn load_columns(&self) -> Result<ColumnMap, Retry> {
-        let mut conn = self.pool.get_conn().await.map_err(|e| Retry::Again(e.to_string()))?;
+        let mut conn = self.links.pool.get_conn().await.map_err(|e| Retry::Again(e.to_string()))?;
         let map = ColumnMap::load(&mut conn, &self.settings.schema, &self.settings.table)
             .await
             .map_err(|e| Retry::Again(e.to_string()))?;
         map.map_err(|e| Retry::Fatal(e.into()))
     }
 
-    fn stream_error(&self, position: &BinlogPosition, error: mysql_async::Error) -> Retry {
+    fn stream_error(&self, error: mysql_async::Error) -> Retry {
         match &error {
             // ER_MASTER_FATAL_ERROR_READING_BINLOG: purged file, bad position, other server.
-            mysql_async::Error::Server(e) if e.code == 1236 => Retry::Fatal(SourceError::PositionLost {
-                file: position.file.clone(),
-                pos: position.pos,
-                detail: e.message.clone(),
-            }),
+            mysql_async::Error::Server(e) if e.code == 1236 => Retry::PositionLost(e.message.clone()),
             mysql_async::Error::Server(e) if e.code == 1227 || e.code == 1045 => Retry::Fatal(SourceError::Fatal(
                 format!("{error}; grant REPLICATION SLAVE, REPLICATION CLIENT ON *.* to the source user"),
             )),
@@ -227,6 +320,8 @@ impl Reader {
 /// A reconnectable failure, or the end of the road.
 enum Retry {
     Again(String),
+    /// Error 1236: the position cannot be read any more.
+    PositionLost(String),
     Fatal(SourceError),
 }
 
@@ -234,4 +329,10 @@ impl From<DecodeError> for Retry {
     fn from(error: DecodeError) -> Self {
         Retry::Fatal(error.into())
     }
+}
+
+/// Seconds since the Unix epoch on this host's clock.
+fn unix_now() -> u32 {
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    u32::try_from(secs).unwrap_or(u32::MAX)
 }

@@ -137,7 +137,7 @@ pub async fn current_position(
         }
         Flavor::MySql => None,
     };
-    Ok(BinlogPosition { file, pos, gtid })
+    Ok(BinlogPosition { file, pos, gtid, commit_time: None })
 }
 
 /// The first row of `sql` as text values (NULL as ""), or empty when there is no row.

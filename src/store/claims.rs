@@ -1,0 +1,269 @@
+//! Claiming PENDING rows for the sweep, with leases (the seed's incident 2).
+//!
+//! A claim turns rows PENDING -> SENDING with `owner` and `lease_until` so no other
+//! sweeper takes them while they are being sent. Two ways, chosen from the server
+//! version or by `sweep.claim`:
+//! - `SELECT ... ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED` then `UPDATE` in one
+//!   READ COMMITTED transaction (MySQL 8.0+, MariaDB 10.6+): sweepers skip each
+//!   other's locked rows instead of waiting or double-claiming;
+//! - optimistic, for older servers: read candidates, then per row
+//!   `UPDATE ... WHERE id = ? AND status = 0`; the row is ours when one row changed.
+//!
+//! A crashed sweeper's rows come back when their lease passes ([`ClaimStore::reclaim_expired`]).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use mysql_async::prelude::Queryable;
+use mysql_async::{IsolationLevel, Params, Pool, Row, TxOpts, Value};
+use serde::{Deserialize, Serialize};
+
+use super::OutboxTable;
+use crate::event::OutboxEvent;
+use crate::source::{Origin, SourceTx};
+use crate::text::truncate_utf8;
+
+/// `last_error` column width.
+const LAST_ERROR_MAX: usize = 1024;
+
+/// How rows are claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimMethod {
+    /// `FOR UPDATE SKIP LOCKED` when the server has it, else optimistic.
+    Auto,
+    SkipLocked,
+    Optimistic,
+}
+
+impl ClaimMethod {
+    /// The method for a server reporting `version` (`SELECT VERSION()`).
+    pub fn for_server(self, version: &str) -> ClaimMethod {
+        if self != ClaimMethod::Auto {
+            return self;
+        }
+        // MariaDB before 11 may prefix its version with "5.5.5-" for old clients.
+        let version = version.strip_prefix("5.5.5-").unwrap_or(version);
+        let mut numbers = version.split(|c: char| !c.is_ascii_digit()).map(|n| n.parse::<u32>().unwrap_or(0));
+        let (major, minor, patch) =
+            (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+        let has_skip_locked =
+            if version.contains("MariaDB") { (major, minor) >= (10, 6) } else { (major, minor, patch) >= (8, 0, 1) };
+        if has_skip_locked {
+            ClaimMethod::SkipLocked
+        } else {
+            ClaimMethod::Optimistic
+        }
+    }
+}
+
+/// Which rows a claim may take, by `created_at` (see `sweep::watermark`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Cutoff {
+    /// Every due PENDING row.
+    Everything,
+    /// Rows created before this instant (Unix seconds, database clock).
+    Before(f64),
+    /// Rows created more than this long before the database's current time.
+    OlderThan(Duration),
+    /// No row.
+    Nothing,
+}
+
+impl Cutoff {
+    /// The SQL condition and its parameter.
+    fn condition(&self) -> (&'static str, Option<Value>) {
+        match self {
+            Cutoff::Everything => ("", None),
+            Cutoff::Before(unix) => (" AND created_at < FROM_UNIXTIME(?)", Some(Value::from(format!("{unix:.3}")))),
+            Cutoff::OlderThan(age) => {
+                (" AND created_at < NOW(3) - INTERVAL ? MICROSECOND", Some(Value::from(micros(*age))))
+            }
+            Cutoff::Nothing => (" AND FALSE", None),
+        }
+    }
+}
+
+/// Claims, leases and retry bookkeeping of one relay process (its `owner` name).
+#[derive(Clone)]
+pub struct ClaimStore {
+    pool: Pool,
+    outbox: OutboxTable,
+    owner: String,
+    lease: Duration,
+    method: ClaimMethod,
+}
+
+impl ClaimStore {
+    /// `method` must be resolved (not `Auto`): see [`ClaimStore::resolve`].
+    pub fn new(pool: Pool, outbox: OutboxTable, owner: String, lease: Duration, method: ClaimMethod) -> Self {
+        Self { pool, outbox, owner, lease, method }
+    }
+
+    /// Resolves `Auto` against the primary's version.
+    pub async fn resolve(pool: &Pool, method: ClaimMethod) -> Result<ClaimMethod, mysql_async::Error> {
+        let version: Option<String> = pool.get_conn().await?.query_first("SELECT VERSION()").await?;
+        Ok(method.for_server(&version.unwrap_or_default()))
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    pub fn method(&self) -> ClaimMethod {
+        self.method
+    }
+
+    /// Claims up to `limit` due PENDING rows within `cutoff`, in id order, as one batch.
+    pub async fn claim(&self, limit: usize, cutoff: Cutoff) -> Result<SourceTx, mysql_async::Error> {
+        let (condition, parameter) = cutoff.condition();
+        let select = format!(
+            "SELECT id, event_id, biz_key, topic, payload, retry_count FROM {} \
+             WHERE status = 0 AND next_retry_at <= NOW(3){condition} ORDER BY id LIMIT {limit}",
+            self.outbox.qualified()
+        );
+        let params = Params::Positional(parameter.into_iter().collect());
+        let rows = match self.method {
+            ClaimMethod::Optimistic => self.claim_optimistic(&select, params).await?,
+            ClaimMethod::SkipLocked | ClaimMethod::Auto => self.claim_locked(&select, params).await?,
+        };
+        let mut events = Vec::with_capacity(rows.len());
+        let mut retry_counts = Vec::with_capacity(rows.len());
+        for row in rows {
+            let (event, retry_count) = to_event(row)?;
+            events.push(event);
+            retry_counts.push(retry_count);
+        }
+        Ok(SourceTx { events, origin: Origin::Sweep { retry_counts } })
+    }
+
+    async fn claim_locked(&self, select: &str, params: Params) -> Result<Vec<Row>, mysql_async::Error> {
+        let mut conn = self.pool.get_conn().await?;
+        let mut options = TxOpts::default();
+        // READ COMMITTED: rows the scan rejects are unlocked at once, not held to commit.
+        options.with_isolation_level(IsolationLevel::ReadCommitted);
+        let mut tx = conn.start_transaction(options).await?;
+        let rows: Vec<Row> = tx.exec(format!("{select} FOR UPDATE SKIP LOCKED"), params).await?;
+        if !rows.is_empty() {
+            let ids: Vec<u64> = rows.iter().filter_map(|r| r.get::<u64, _>(0)).collect();
+            let sql = format!(
+                "UPDATE {} SET status = 1, owner = ?, lease_until = NOW(3) + INTERVAL ? MICROSECOND WHERE id IN ({})",
+                self.outbox.qualified(),
+                placeholders(ids.len())
+            );
+            let mut params = vec![Value::from(&self.owner), Value::from(micros(self.lease))];
+            params.extend(ids.into_iter().map(Value::from));
+            tx.exec_drop(sql, Params::Positional(params)).await?;
+        }
+        tx.commit().await?;
+        Ok(rows)
+    }
+
+    async fn claim_optimistic(&self, select: &str, params: Params) -> Result<Vec<Row>, mysql_async::Error> {
+        let mut conn = self.pool.get_conn().await?;
+        let candidates: Vec<Row> = conn.exec(select, params).await?;
+        let sql = format!(
+            "UPDATE {} SET status = 1, owner = ?, lease_until = NOW(3) + INTERVAL ? MICROSECOND \
+             WHERE id = ? AND status = 0 AND next_retry_at <= NOW(3)",
+            self.outbox.qualified()
+        );
+        let mut claimed = Vec::with_capacity(candidates.len());
+        for row in candidates {
+            let id: Option<u64> = row.get(0);
+            conn.exec_drop(&sql, (&self.owner, micros(self.lease), id)).await?;
+            if conn.affected_rows() == 1 {
+                claimed.push(row);
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// SENDING rows whose lease has passed go back to PENDING (their sweeper died or
+    /// stalled; a stalled one may still send them: a duplicate, never a loss). Returns how many.
+    pub async fn reclaim_expired(&self) -> Result<u64, mysql_async::Error> {
+        let sql = format!(
+            "UPDATE {} SET status = 0, owner = NULL, lease_until = NULL WHERE status = 1 AND lease_until < NOW(3)",
+            self.outbox.qualified()
+        );
+        let mut conn = self.pool.get_conn().await?;
+        conn.query_drop(sql).await?;
+        Ok(conn.affected_rows())
+    }
+
+    /// Our SENDING rows go back to PENDING (at shutdown: whatever was not reported).
+    pub async fn release_own(&self) -> Result<u64, mysql_async::Error> {
+        let sql = format!(
+            "UPDATE {} SET status = 0, owner = NULL, lease_until = NULL WHERE status = 1 AND owner = ?",
+            self.outbox.qualified()
+        );
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(sql, (&self.owner,)).await?;
+        Ok(conn.affected_rows())
+    }
+
+    /// Books a failed attempt of our claimed rows: back to PENDING, `retry_count + 1`,
+    /// due again after `delay`, `last_error` = `reason`. Rows no longer ours are left alone.
+    pub async fn reschedule(&self, ids: &[u64], delay: Duration, reason: &str) -> Result<u64, mysql_async::Error> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let sql = format!(
+            "UPDATE {} SET status = 0, retry_count = retry_count + 1, \
+             next_retry_at = NOW(3) + INTERVAL ? MICROSECOND, last_error = ?, owner = NULL, lease_until = NULL \
+             WHERE id IN ({}) AND status = 1 AND owner = ?",
+            self.outbox.qualified(),
+            placeholders(ids.len())
+        );
+        let mut params = vec![Value::from(micros(delay)), Value::from(truncate_utf8(reason, LAST_ERROR_MAX))];
+        params.extend(ids.iter().map(|id| Value::from(*id)));
+        params.push(Value::from(&self.owner));
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(sql, Params::Positional(params)).await?;
+        Ok(conn.affected_rows())
+    }
+
+    /// The database's current time, Unix seconds.
+    pub async fn now(&self) -> Result<f64, mysql_async::Error> {
+        let mut conn = self.pool.get_conn().await?;
+        let now: Option<String> = conn.query_first("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) AS CHAR)").await?;
+        Ok(now.and_then(|n| n.parse().ok()).unwrap_or_default())
+    }
+}
+
+fn to_event(row: Row) -> Result<(OutboxEvent, u32), mysql_async::Error> {
+    type Columns = (u64, String, String, String, Vec<u8>, u32);
+    let (id, event_id, biz_key, topic, payload, retry_count) =
+        mysql_async::from_row_opt::<Columns>(row).map_err(|e| {
+            mysql_async::Error::Other(
+                format!("unexpected outbox row shape (id, event_id, biz_key, topic, payload, retry_count): {e}").into(),
+            )
+        })?;
+    Ok((OutboxEvent { id, event_id, biz_key, topic, payload: Bytes::from(payload) }, retry_count))
+}
+
+fn placeholders(n: usize) -> String {
+    vec!["?"; n].join(",")
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClaimMethod;
+
+    #[test]
+    fn skip_locked_from_mysql_8_0_1_and_mariadb_10_6() {
+        let auto = |v: &str| ClaimMethod::Auto.for_server(v);
+        assert_eq!(auto("10.11.6-MariaDB-0+deb12u1-log"), ClaimMethod::SkipLocked);
+        assert_eq!(auto("10.6.0-MariaDB"), ClaimMethod::SkipLocked);
+        assert_eq!(auto("10.5.22-MariaDB"), ClaimMethod::Optimistic);
+        assert_eq!(auto("5.5.5-10.4.1-MariaDB"), ClaimMethod::Optimistic, "the 5.5.5- prefix is not the version");
+        assert_eq!(auto("5.5.5-10.6.1-MariaDB"), ClaimMethod::SkipLocked);
+        assert_eq!(auto("8.0.36"), ClaimMethod::SkipLocked);
+        assert_eq!(auto("8.0.0-dmr"), ClaimMethod::Optimistic);
+        assert_eq!(auto("5.7.44-log"), ClaimMethod::Optimistic);
+        assert_eq!(ClaimMethod::Optimistic.for_server("8.4.0"), ClaimMethod::Optimistic, "configured wins");
+    }
+}

@@ -1,0 +1,269 @@
+//! The polling sweep against the real MariaDB and RocketMQ: competing sweepers and
+//! leases (the seed's incident 2), first start and a deleted checkpoint, a row reset
+//! by hand, rows that can never be sent, and poll mode on its own.
+#![recursion_limit = "512"]
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::collector::Collector;
+use common::events::{all_sent, assert_per_key_order, consumed_all, delivery_counts, Events};
+use common::outbox::{Row, TestOutbox};
+use common::relay::{RelayOptions, RelayProcess};
+use common::{eventually, fresh_topic, unique, Stack};
+use mysql_async::prelude::Queryable;
+
+const SENDING: u8 = 1;
+const FAILED: u8 = 3;
+
+/// A relay in poll mode sweeping every `interval_ms`.
+fn poll_mode(table: &str, interval_ms: u64) -> RelayOptions {
+    RelayOptions::new(table).env("OUTBOX_RELAY__MODE", "poll").env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", interval_ms)
+}
+
+/// `keys` keys with `per_key` events each, ids `{prefix}-k{key}-{seq}`.
+fn spread(events: &Events, keys: usize, seqs: std::ops::Range<usize>) -> Vec<Row> {
+    (0..keys).flat_map(|k| events.rows(&format!("k{k:02}"), seqs.clone())).collect()
+}
+
+/// `SELECT id, <expr>` as (id, f64) pairs.
+async fn numbers_by_id(outbox: &TestOutbox, expr: &str, filter: &str) -> HashMap<u64, f64> {
+    let mut conn = outbox.pool.get_conn().await.expect("conn");
+    let rows: Vec<(u64, Option<String>)> = conn
+        .query(format!("SELECT id, CAST({expr} AS CHAR) FROM {} WHERE {filter}", outbox.table.qualified()))
+        .await
+        .expect("select numbers");
+    rows.into_iter().map(|(id, v)| (id, v.and_then(|v| v.parse().ok()).unwrap_or(f64::NAN))).collect()
+}
+
+async fn stored_on_broker(stack: &Stack, topic: &str) -> i64 {
+    let producer = stack.producer("count").await;
+    let stored = producer.stored_count(topic).await.expect("stored count");
+    producer.shutdown().await;
+    stored
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sweepers_never_send_a_row_twice_and_a_killed_sweepers_rows_return_after_its_lease() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "claims").await;
+
+    // Sweeper A claims 200 rows and holds them: its lanes wait a minute to fill a batch.
+    outbox.insert_tx(&spread(&events, 10, 0..20)).await;
+    let a = RelayProcess::start(
+        &stack,
+        &poll_mode(outbox.name(), 200)
+            .env("OUTBOX_RELAY__LANES__LINGER_MS", 60_000)
+            .env("OUTBOX_RELAY__LANES__BATCH_SIZE", 1_000)
+            .env("OUTBOX_RELAY__SWEEP__LEASE_MS", 8_000),
+    );
+    eventually("sweeper A to claim all 200 rows", Duration::from_secs(60), || async {
+        (outbox.count_status(SENDING).await == 200).then_some(())
+    })
+    .await;
+    a.kill();
+    let leases = numbers_by_id(&outbox, "UNIX_TIMESTAMP(lease_until)", "status = 1").await;
+    assert_eq!(leases.len(), 200, "killed in SENDING: A's 200 rows stay claimed");
+
+    // Three sweepers (one optimistic) compete for the table while rows keep arriving.
+    let mut sweepers: Vec<RelayProcess> = ["skip_locked", "skip_locked", "optimistic"]
+        .into_iter()
+        .map(|claim| {
+            RelayProcess::start(&stack, &poll_mode(outbox.name(), 200).env("OUTBOX_RELAY__SWEEP__CLAIM", claim))
+        })
+        .collect();
+    for sweeper in &mut sweepers {
+        sweeper.wait_log("metrics on http://").await;
+    }
+    for seq in (20..120).step_by(5) {
+        outbox.insert_tx(&spread(&events, 30, seq..seq + 5)).await;
+        // Pacing the load (not synchronisation): each sweeper's period sees new rows.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    let total = 200 + 30 * 100;
+    all_sent(&outbox, total, Duration::from_secs(120)).await;
+
+    assert_eq!(outbox.count_status(SENDING).await, 0, "no row left SENDING");
+    assert_eq!(stored_on_broker(&stack, &events.topic).await, total as i64, "every row stored exactly once");
+    for (i, sweeper) in sweepers.iter().enumerate() {
+        assert!(sweeper.metric("relay_sweep_claimed_total") > 0.0, "sweeper {i} claimed rows too");
+    }
+    assert!(sweepers[2].log_text().contains("claim=Optimistic"), "the third sweeper claims optimistically");
+    let reclaimed: f64 = sweepers.iter().map(|s| s.metric("relay_sweep_reclaimed_total")).sum();
+    assert_eq!(reclaimed, 200.0, "A's rows were reclaimed once, by one sweeper");
+    let sent_at = numbers_by_id(&outbox, "UNIX_TIMESTAMP(sent_at)", "status = 2").await;
+    for (id, lease_until) in &leases {
+        let sent = sent_at[id];
+        assert!(sent >= *lease_until, "row {id} sent at {sent} while A's lease ran until {lease_until}");
+        assert!(
+            sent <= lease_until + 0.2 + 3.0,
+            "row {id} sent at {sent}, over one period after its lease {lease_until}"
+        );
+    }
+    for sweeper in sweepers {
+        assert_eq!(sweeper.stop(), Some(0));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_checkpoint_with_pending_rows_still_delivers_every_row() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "bootstrap").await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("bootstrap_consumer")).await;
+    let options = RelayOptions::new(outbox.name());
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_tailing().await;
+    outbox.insert_tx(&spread(&events, 5, 0..2)).await;
+    all_sent(&outbox, 10, Duration::from_secs(60)).await;
+    assert_eq!(relay.stop(), Some(0));
+
+    for seq in (2..62).step_by(10) {
+        outbox.insert_tx(&spread(&events, 5, seq..seq + 10)).await;
+    }
+    std::fs::remove_dir_all(&options.checkpoint_dir).expect("delete the RocksDB checkpoint");
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_tailing().await;
+    all_sent(&outbox, 310, Duration::from_secs(60)).await;
+    let deliveries = consumed_all(&collector, &events, 310, Duration::from_secs(60)).await;
+    assert_per_key_order(&stack, &events.topic, &deliveries).await;
+    let log = relay.log_text();
+    assert!(log.contains("first start: no checkpoint"), "the full sweep is logged:\n{log}");
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sent_row_set_back_to_pending_by_hand_is_published_again() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "reset").await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("reset_consumer")).await;
+    let options = RelayOptions::new(outbox.name())
+        .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 300)
+        .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 1_000)
+        .env("OUTBOX_RELAY__SOURCE__HEARTBEAT_MS", 500);
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_tailing().await;
+    outbox.insert_tx(&[events.row("order-1", 0)]).await;
+    all_sent(&outbox, 1, Duration::from_secs(60)).await;
+    let event_id = events.id("order-1", 0);
+    let first_msg_id = outbox.statuses().await[&event_id].1.clone();
+    consumed_all(&collector, &events, 1, Duration::from_secs(60)).await;
+
+    outbox.exec(&format!("UPDATE {} SET status = 0 WHERE event_id = '{event_id}'", outbox.table.qualified())).await;
+    let second_msg_id = eventually("the reset row SENT again", Duration::from_secs(60), || async {
+        let (status, msg_id) = outbox.statuses().await[&event_id].clone();
+        (status == 2 && msg_id != first_msg_id).then_some(msg_id)
+    })
+    .await;
+    assert!(second_msg_id.is_some_and(|m| !m.is_empty()));
+    let deliveries = eventually("the event delivered a second time", Duration::from_secs(60), || async {
+        let got = collector.received(|id| id == event_id);
+        (got.len() >= 2).then_some(got)
+    })
+    .await;
+    assert_eq!(delivery_counts(&deliveries)[event_id.as_str()], 2, "published once more, not more");
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_topic_and_an_oversized_payload_fail_at_once_while_other_events_flow() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "poison").await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("poison_consumer")).await;
+    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
+    relay.wait_tailing().await;
+
+    let missing_topic = unique("t_missing");
+    let mut lost = events.row("lost", 0);
+    lost.topic = missing_topic.clone();
+    let mut huge = events.row("huge", 0);
+    huge.payload = format!(r#"{{"blob":"{}"}}"#, "x".repeat(5 << 20));
+    let mut rows = spread(&events, 4, 0..5);
+    rows.insert(7, lost);
+    rows.insert(13, huge);
+    outbox.insert_tx(&rows).await;
+    outbox.insert_tx(&spread(&events, 4, 5..10)).await;
+
+    let failed = eventually("the two poison rows FAILED", Duration::from_secs(60), || async {
+        let mut conn = outbox.pool.get_conn().await.ok()?;
+        let failed: Vec<(String, u32, String)> = conn
+            .query(format!(
+                "SELECT biz_key, retry_count, last_error FROM {} WHERE status = {FAILED} ORDER BY biz_key",
+                outbox.table.qualified()
+            ))
+            .await
+            .ok()?;
+        (failed.len() == 2).then_some(failed)
+    })
+    .await;
+    let (huge_key, huge_tries, huge_error) = &failed[0];
+    let (lost_key, lost_tries, lost_error) = &failed[1];
+    assert_eq!((huge_key.as_str(), lost_key.as_str()), ("huge", "lost"));
+    assert_eq!((*huge_tries, *lost_tries), (1, 1), "FAILED at once, without retries");
+    assert!(
+        huge_error.contains("over the broker limit") && huge_error.contains("max_message_bytes"),
+        "readable: {huge_error}"
+    );
+    assert!(lost_error.contains(&missing_topic) && lost_error.contains("does not exist"), "readable: {lost_error}");
+    let deliveries = consumed_all(&collector, &events, 40, Duration::from_secs(60)).await;
+    assert!(deliveries.iter().all(|d| d.biz_key.starts_with('k')), "only the good events were delivered");
+    assert_eq!(outbox.count_status(2).await, 40, "every other event SENT");
+    assert!(relay.metric("relay_events_failed_total") >= 2.0, "the alert metric counts them");
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poll_mode_alone_delivers_everything_in_key_order_with_the_seeds_parameters() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "poll").await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("poll_consumer")).await;
+    for seq in (0..40).step_by(10) {
+        outbox.insert_tx(&spread(&events, 20, seq..seq + 10)).await;
+    }
+    // No interval or batch set: poll mode defaults to the seed's 500 ms and 100 rows.
+    let options = RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__MODE", "poll");
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_log("mode=Poll").await;
+    for seq in (40..50).step_by(2) {
+        outbox.insert_tx(&spread(&events, 20, seq..seq + 2)).await;
+    }
+    all_sent(&outbox, 1_000, Duration::from_secs(120)).await;
+    let deliveries = consumed_all(&collector, &events, 1_000, Duration::from_secs(60)).await;
+    assert_per_key_order(&stack, &events.topic, &deliveries).await;
+    assert_eq!(outbox.count_status(SENDING).await, 0);
+    assert!(!relay.log_text().contains("tailing binlog"), "poll mode never touches the binlog");
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poll_mode_starts_without_a_source_section() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let topic = fresh_topic(&stack).await;
+    let config = std::env::temp_dir().join(format!("{}.toml", unique("poll")));
+    let example = include_str!("../config/relay.toml");
+    let without_source = format!(
+        "{}\n[primary]\n{}",
+        example.split("\n[source]\n").next().unwrap_or_default().replace("mode = \"binlog\"", "mode = \"poll\""),
+        example.split("\n[primary]\n").nth(1).unwrap_or_default()
+    );
+    std::fs::write(&config, without_source).expect("write config");
+    let mut options = RelayOptions::new(outbox.name());
+    options.config = Some(config);
+    options.source = false;
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_log("mode=Poll").await;
+    outbox.insert_tx(&[Row { event_id: unique("nosource"), biz_key: "k".into(), topic, payload: "{}".into() }]).await;
+    all_sent(&outbox, 1, Duration::from_secs(30)).await;
+    assert_eq!(relay.stop(), Some(0));
+}
