@@ -22,10 +22,16 @@ pub enum DbError {
 
 /// A pool for one database role, checked with a round trip before it is returned.
 pub async fn connect(role: &'static str, url: &DbUrl, pool_max: usize) -> Result<Pool, DbError> {
+    connect_with(role, url, pool_max, &[]).await
+}
+
+/// Like [`connect`], with `setup` statements run on every new connection.
+pub async fn connect_with(role: &'static str, url: &DbUrl, pool_max: usize, setup: &[&str]) -> Result<Pool, DbError> {
     let unreachable = |reason: String| DbError::Unreachable { role, address: url.address().to_owned(), reason };
     let opts = Opts::from_url(url.expose()).map_err(|e| unreachable(e.to_string()))?;
     let constraints = PoolConstraints::new(0, pool_max.max(1)).unwrap_or_default();
-    let opts = OptsBuilder::from_opts(opts).pool_opts(PoolOpts::default().with_constraints(constraints));
+    let opts =
+        OptsBuilder::from_opts(opts).pool_opts(PoolOpts::default().with_constraints(constraints)).setup(setup.to_vec());
     let pool = Pool::new(opts);
     let ping = async {
         let mut conn = pool.get_conn().await?;

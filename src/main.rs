@@ -130,7 +130,7 @@ async fn migrate(config: &Config, admin_url: Option<String>) -> anyhow::Result<(
         store::migrate(&pool, &outbox).await.map_err(|e| db::DbError::query("primary", &url, e)).with_context(
             || format!("migrating {} failed (the user needs CREATE and ALTER; see --admin-url)", outbox.qualified()),
         )?;
-    tracing::info!(outbox_created = report.outbox_created, applied = ?report.applied, columns_added = ?report.columns_added, table = %outbox.qualified(), "migrate finished");
+    tracing::info!(outbox_created = report.outbox_created, applied = ?report.applied, added = ?report.added, table = %outbox.qualified(), "migrate finished");
     pool.disconnect().await.ok();
     Ok(())
 }

@@ -38,6 +38,19 @@ async fn numbers_by_id(outbox: &TestOutbox, expr: &str, filter: &str) -> HashMap
     rows.into_iter().map(|(id, v)| (id, v.and_then(|v| v.parse().ok()).unwrap_or(f64::NAN))).collect()
 }
 
+/// The database's clock, Unix seconds.
+async fn db_now(outbox: &TestOutbox) -> f64 {
+    let now: Option<String> = outbox
+        .pool
+        .get_conn()
+        .await
+        .expect("conn")
+        .query_first("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) AS CHAR)")
+        .await
+        .expect("now");
+    now.and_then(|n| n.parse().ok()).expect("a number")
+}
+
 async fn stored_on_broker(stack: &Stack, topic: &str) -> i64 {
     let producer = stack.producer("count").await;
     let stored = producer.stored_count(topic).await.expect("stored count");
@@ -67,6 +80,16 @@ async fn three_sweepers_never_send_a_row_twice_and_a_killed_sweepers_rows_return
     a.kill();
     let leases = numbers_by_id(&outbox, "UNIX_TIMESTAMP(lease_until)", "status = 1").await;
     assert_eq!(leases.len(), 200, "killed in SENDING: A's 200 rows stay claimed");
+    let owners: Vec<String> = outbox
+        .pool
+        .get_conn()
+        .await
+        .expect("conn")
+        .query(format!("SELECT DISTINCT owner FROM {} WHERE status = 1", outbox.table.qualified()))
+        .await
+        .expect("owners");
+    assert_eq!(owners.len(), 1, "one owner holds them: {owners:?}");
+    let a_owner = &owners[0];
 
     // Three sweepers (one optimistic) compete for the table while rows keep arriving.
     let mut sweepers: Vec<RelayProcess> = ["skip_locked", "skip_locked", "optimistic"]
@@ -76,8 +99,19 @@ async fn three_sweepers_never_send_a_row_twice_and_a_killed_sweepers_rows_return
         })
         .collect();
     for sweeper in &mut sweepers {
-        sweeper.wait_log("metrics on http://").await;
+        sweeper.wait_log("sweeping every").await;
     }
+    let sweeping_since = db_now(&outbox).await;
+    // Reclaimed within one period (200 ms) of the lease's end (or of the sweepers' start).
+    let reclaimed_at = eventually("A's rows reclaimed", Duration::from_secs(60), || async {
+        let held = numbers_by_id(&outbox, "0", &format!("status = 1 AND owner = '{a_owner}'")).await;
+        let now = db_now(&outbox).await;
+        held.is_empty().then_some(now)
+    })
+    .await;
+    let lease_end = leases.values().copied().fold(f64::MIN, f64::max);
+    let due = lease_end.max(sweeping_since) + 0.2;
+    assert!(reclaimed_at <= due + 1.0, "reclaimed at {reclaimed_at}, more than a period after {due}");
     for seq in (20..120).step_by(5) {
         outbox.insert_tx(&spread(&events, 30, seq..seq + 5)).await;
         // Pacing the load (not synchronisation): each sweeper's period sees new rows.
@@ -92,16 +126,13 @@ async fn three_sweepers_never_send_a_row_twice_and_a_killed_sweepers_rows_return
         assert!(sweeper.metric("relay_sweep_claimed_total") > 0.0, "sweeper {i} claimed rows too");
     }
     assert!(sweepers[2].log_text().contains("claim=Optimistic"), "the third sweeper claims optimistically");
+    // At least A's 200 (a sweeper that stalls past its own lease is reclaimed too: correct).
     let reclaimed: f64 = sweepers.iter().map(|s| s.metric("relay_sweep_reclaimed_total")).sum();
-    assert_eq!(reclaimed, 200.0, "A's rows were reclaimed once, by one sweeper");
+    assert!(reclaimed >= 200.0, "A's rows were reclaimed: {reclaimed}");
     let sent_at = numbers_by_id(&outbox, "UNIX_TIMESTAMP(sent_at)", "status = 2").await;
     for (id, lease_until) in &leases {
         let sent = sent_at[id];
         assert!(sent >= *lease_until, "row {id} sent at {sent} while A's lease ran until {lease_until}");
-        assert!(
-            sent <= lease_until + 0.2 + 3.0,
-            "row {id} sent at {sent}, over one period after its lease {lease_until}"
-        );
     }
     for sweeper in sweepers {
         assert_eq!(sweeper.stop(), Some(0));

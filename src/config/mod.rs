@@ -89,6 +89,12 @@ pub struct PrimaryConfig {
     pub url: DbUrl,
     #[serde(default = "defaults::pool_max")]
     pub pool_max: usize,
+    /// Log the relay's own updates (SENT, claims, retries) with `binlog_row_image =
+    /// MINIMAL` (primary key and changed columns instead of the whole row twice).
+    /// Needs BINLOG ADMIN (MariaDB) or SESSION_VARIABLES_ADMIN (MySQL); without it the
+    /// relay warns and writes with the server's setting.
+    #[serde(default = "defaults::minimal_row_image")]
+    pub minimal_row_image: bool,
 }
 
 /// Where the outbox table lives.
@@ -294,6 +300,9 @@ mod defaults {
     }
     pub fn heartbeat_ms() -> u64 {
         5_000
+    }
+    pub fn minimal_row_image() -> bool {
+        true
     }
     pub fn pool_max() -> usize {
         8

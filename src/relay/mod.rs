@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use mysql_async::prelude::Queryable;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -43,6 +44,10 @@ use start::BinlogStart;
 
 /// SENT write-backs that may wait for the primary before the pipeline slows down.
 const SENT_BACKLOG: usize = 50_000;
+
+/// Session setting for the relay's own writes. With the FULL image every SENT UPDATE
+/// logs the whole row (payload included) twice, and the binlog path reads it back.
+const MINIMAL_ROW_IMAGE: &str = "SET SESSION binlog_row_image = 'MINIMAL'";
 
 /// Why the relay stopped (or could not start).
 #[derive(Debug, thiserror::Error)]
@@ -87,21 +92,20 @@ pub fn process_owner() -> String {
 /// Runs the relay until `shutdown` is cancelled or a fatal error.
 pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), RelayError> {
     let outbox = outbox_table(config);
-    let primary = db::connect("primary", &config.primary.url, config.primary.pool_max).await?;
+    let primary = open_primary(config).await?;
     let binlog = match config.mode {
         Mode::Binlog => Some(start::open(config, &outbox).await?),
         Mode::Poll => None,
     };
-    let method = ClaimStore::resolve(&primary, config.sweep.claim)
-        .await
-        .map_err(|e| DbError::query("primary", &config.primary.url, e))?;
-    let claims = ClaimStore::new(
+    let claims = ClaimStore::open(
         primary.clone(),
         outbox.clone(),
         process_owner(),
         Duration::from_millis(config.sweep.lease_ms),
-        method,
-    );
+        config.sweep.claim,
+    )
+    .await
+    .map_err(|e| DbError::query("primary", &config.primary.url, e))?;
     tracing::info!(mode = ?config.mode, owner = claims.owner(), claim = ?claims.method(), "starting");
 
     let mut registry = prometheus_client::registry::Registry::default();
@@ -124,6 +128,23 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
         producer.shutdown().await;
     }
     result
+}
+
+/// The primary's pool; its connections log with MINIMAL row images when allowed.
+async fn open_primary(config: &Config) -> Result<mysql_async::Pool, RelayError> {
+    let primary = &config.primary;
+    let pool = db::connect("primary", &primary.url, primary.pool_max).await?;
+    if !primary.minimal_row_image {
+        return Ok(pool);
+    }
+    let probe = async { pool.get_conn().await?.query_drop(MINIMAL_ROW_IMAGE).await };
+    if let Err(error) = probe.await {
+        tracing::warn!(%error, "the primary user cannot set binlog_row_image = MINIMAL for the relay's own updates (grant BINLOG ADMIN on MariaDB or SESSION_VARIABLES_ADMIN on MySQL 8, or set primary.minimal_row_image = false): SENT write-backs are logged with full row images");
+        return Ok(pool);
+    }
+    // Best effort: the probe's pool is replaced by one whose every connection has the setting.
+    let _ = pool.disconnect().await;
+    Ok(db::connect_with("primary", &primary.url, primary.pool_max, &[MINIMAL_ROW_IMAGE]).await?)
 }
 
 /// Everything the pipeline starts from, once the checks passed.

@@ -1,12 +1,15 @@
 //! The SENT writer: batches `status = 2, msg_id, sent_at` updates off the send path.
 //!
-//! While one UPDATE runs, the next batch accumulates, so the batch size follows the
-//! load. A batch that still fails after a few attempts is logged and dropped: its
+//! While UPDATEs run (two at once: their rows are disjoint, so they overlap their
+//! round trips and commits), the next batch accumulates, so the batch size follows
+//! the load. A batch that still fails after a few attempts is logged and dropped: its
 //! rows stay PENDING and the sweep publishes them again (a duplicate, never a loss).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinSet;
 
 use crate::backoff::Backoff;
 use crate::store::{Sent, StatusStore};
@@ -16,11 +19,17 @@ const MAX_BATCH: usize = 1_000;
 /// Attempts per batch before it is left to the sweep.
 const ATTEMPTS: u32 = 5;
 
-/// Writes every SENT row that arrives until the channel closes.
+/// UPDATEs in flight at once.
+const CONCURRENT: usize = 2;
+
+/// Writes every SENT row that arrives until the channel closes, then waits for the last.
 pub async fn run(status: StatusStore, mut input: mpsc::Receiver<Sent>) {
     let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
-    let mut batch = Vec::with_capacity(MAX_BATCH);
+    let slots = Arc::new(Semaphore::new(CONCURRENT));
+    let mut writes = JoinSet::new();
     while let Some(first) = input.recv().await {
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { break };
+        let mut batch = Vec::with_capacity(MAX_BATCH);
         batch.push(first);
         while batch.len() < MAX_BATCH {
             match input.try_recv() {
@@ -28,9 +37,14 @@ pub async fn run(status: StatusStore, mut input: mpsc::Receiver<Sent>) {
                 Err(_) => break,
             }
         }
-        write(&status, &batch, &backoff).await;
-        batch.clear();
+        let status = status.clone();
+        writes.spawn(async move {
+            write(&status, &batch, &backoff).await;
+            drop(slot);
+        });
+        while writes.try_join_next().is_some() {}
     }
+    while writes.join_next().await.is_some() {}
 }
 
 async fn write(status: &StatusStore, batch: &[Sent], backoff: &Backoff) {

@@ -18,7 +18,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{IsolationLevel, Params, Pool, Row, TxOpts, Value};
 use serde::{Deserialize, Serialize};
 
-use super::OutboxTable;
+use super::{has_claim_index, OutboxTable, CLAIM_INDEX};
 use crate::event::OutboxEvent;
 use crate::source::{Origin, SourceTx};
 use crate::text::truncate_utf8;
@@ -92,18 +92,32 @@ pub struct ClaimStore {
     owner: String,
     lease: Duration,
     method: ClaimMethod,
+    /// `FORCE INDEX (idx_claim)` when the table has it: the optimizer otherwise picks
+    /// the primary key for `ORDER BY id LIMIT n` and walks every SENT row first.
+    index_hint: String,
 }
 
 impl ClaimStore {
-    /// `method` must be resolved (not `Auto`): see [`ClaimStore::resolve`].
-    pub fn new(pool: Pool, outbox: OutboxTable, owner: String, lease: Duration, method: ClaimMethod) -> Self {
-        Self { pool, outbox, owner, lease, method }
-    }
-
-    /// Resolves `Auto` against the primary's version.
-    pub async fn resolve(pool: &Pool, method: ClaimMethod) -> Result<ClaimMethod, mysql_async::Error> {
-        let version: Option<String> = pool.get_conn().await?.query_first("SELECT VERSION()").await?;
-        Ok(method.for_server(&version.unwrap_or_default()))
+    /// Claims for `outbox` as `owner`, resolving `method` against the primary's
+    /// version and using the sweep's index when the table has it.
+    pub async fn open(
+        pool: Pool,
+        outbox: OutboxTable,
+        owner: String,
+        lease: Duration,
+        method: ClaimMethod,
+    ) -> Result<Self, mysql_async::Error> {
+        let mut conn = pool.get_conn().await?;
+        let version: Option<String> = conn.query_first("SELECT VERSION()").await?;
+        let method = method.for_server(&version.unwrap_or_default());
+        let index_hint = if has_claim_index(&mut conn, &outbox).await? {
+            format!("FORCE INDEX (`{}`)", CLAIM_INDEX.0)
+        } else {
+            tracing::warn!(table = %outbox.qualified(), "the outbox table has no {} index: each sweep claim scans from the first row; run `outbox-relay migrate` to add it", CLAIM_INDEX.0);
+            String::new()
+        };
+        drop(conn);
+        Ok(Self { pool, outbox, owner, lease, method, index_hint })
     }
 
     pub fn owner(&self) -> &str {
@@ -118,9 +132,10 @@ impl ClaimStore {
     pub async fn claim(&self, limit: usize, cutoff: Cutoff) -> Result<SourceTx, mysql_async::Error> {
         let (condition, parameter) = cutoff.condition();
         let select = format!(
-            "SELECT id, event_id, biz_key, topic, payload, retry_count FROM {} \
+            "SELECT id, event_id, biz_key, topic, payload, retry_count FROM {} {} \
              WHERE status = 0 AND next_retry_at <= NOW(3){condition} ORDER BY id LIMIT {limit}",
-            self.outbox.qualified()
+            self.outbox.qualified(),
+            self.index_hint
         );
         let params = Params::Positional(parameter.into_iter().collect());
         let rows = match self.method {

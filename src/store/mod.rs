@@ -8,5 +8,5 @@ mod status;
 
 pub use checkpoint_mirror::CheckpointMirror;
 pub use claims::{ClaimMethod, ClaimStore, Cutoff};
-pub use schema::{migrate, MigrationReport, OutboxTable};
+pub use schema::{has_claim_index, migrate, MigrationReport, OutboxTable, CLAIM_INDEX};
 pub use status::{Sent, StatusStore};

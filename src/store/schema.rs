@@ -4,8 +4,8 @@
 //! `outbox_relay_migrations`, so running `migrate` again is a no-op. The outbox table
 //! (whose name is configurable, so one schema may hold several) is created when
 //! absent; one that already exists in the seed's shape (without `owner`, `msg_id`,
-//! `sent_at`, `last_error`) gets the missing columns added, because teams adopt the
-//! relay on tables they already have.
+//! `sent_at`, `last_error`, `idx_claim`) gets what is missing added, because teams
+//! adopt the relay on tables they already have.
 //! The DDL runs on MariaDB 10.6+ and MySQL 8.0+ (both have SKIP LOCKED).
 
 use mysql_async::prelude::Queryable;
@@ -30,7 +30,8 @@ impl OutboxTable {
 pub struct MigrationReport {
     pub outbox_created: bool,
     pub applied: Vec<&'static str>,
-    pub columns_added: Vec<&'static str>,
+    /// Columns and indexes added to an existing outbox table.
+    pub added: Vec<&'static str>,
 }
 
 /// The outbox table: the seed's DDL plus `owner`, `msg_id`, `sent_at`, `last_error`.
@@ -50,8 +51,14 @@ const OUTBOX_DDL: &str = "CREATE TABLE IF NOT EXISTS {outbox} (
   last_error    VARCHAR(1024) NULL,
   created_at    DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
   UNIQUE KEY uk_event_id (event_id),
-  KEY idx_pending (status, next_retry_at)
+  KEY idx_pending (status, next_retry_at),
+  KEY idx_claim (status, id, next_retry_at)
 ) ENGINE=InnoDB";
+
+/// The sweep's index: PENDING rows in id order, so a claim's `ORDER BY id LIMIT n`
+/// reads n index entries. Without it the server scans the primary key from the start
+/// of the table, through every row already SENT, on every claim.
+pub const CLAIM_INDEX: (&str, &str) = ("idx_claim", "(status, id, next_retry_at)");
 
 /// One numbered schema step of the relay's own tables. `{schema}` is substituted.
 struct Migration {
@@ -144,12 +151,12 @@ pub async fn migrate(pool: &Pool, outbox: &OutboxTable) -> Result<MigrationRepor
         conn.query_drop(OUTBOX_DDL.replace("{outbox}", &outbox.qualified())).await?;
         report.outbox_created = true;
     } else {
-        report.columns_added = add_missing_columns(&mut conn, outbox, &existing).await?;
+        report.added = add_missing(&mut conn, outbox, &existing).await?;
     }
     Ok(report)
 }
 
-async fn add_missing_columns(
+async fn add_missing(
     conn: &mut mysql_async::Conn,
     outbox: &OutboxTable,
     existing: &[String],
@@ -161,5 +168,21 @@ async fn add_missing_columns(
             added.push(*column);
         }
     }
+    if !has_claim_index(conn, outbox).await? {
+        let (index, columns) = CLAIM_INDEX;
+        conn.query_drop(format!("ALTER TABLE {} ADD INDEX `{index}` {columns}", outbox.qualified())).await?;
+        added.push(index);
+    }
     Ok(added)
+}
+
+/// Whether the outbox table has the sweep's index (`migrate` adds it).
+pub async fn has_claim_index(conn: &mut mysql_async::Conn, outbox: &OutboxTable) -> Result<bool, mysql_async::Error> {
+    let found: Option<String> = conn
+        .exec_first(
+            "SELECT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND INDEX_NAME = ?",
+            (&outbox.schema, &outbox.table, CLAIM_INDEX.0),
+        )
+        .await?;
+    Ok(found.is_some())
 }

@@ -1,0 +1,63 @@
+//! `outbox-bench`: how fast the relay is, measured against the local stack, every case
+//! side by side in one run so the ratios mean something.
+//!
+//! - `raw`: the broker's ceiling for this workload: the same events sent from memory
+//!   with the relay's own publish code (one ordered sender per queue, same batches).
+//! - `drain`: N rows committed while the relay is stopped, then the relay started.
+//! - `latency`: a fixed offered load of single-row transactions; commit to SEND_OK.
+//! - `bigtx`: one transaction of many rows, then a backlog of a million, with peak RSS.
+//!
+//! `drain` and `latency` run in binlog mode and in poll mode (the seed's 500 ms / 100
+//! rows). Prints a table and one JSON line per result (`scripts/bench`, BENCHMARKS.md).
+
+#![recursion_limit = "512"]
+
+mod cases;
+mod options;
+mod report;
+mod rig;
+mod workload;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use options::{Case, Options};
+use report::Measurement;
+use rig::Rig;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let options = Options::parse();
+    match run(options).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("outbox-bench: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(options: Options) -> anyhow::Result<()> {
+    let rig = Rig::new(options.clone()).await?;
+    let mut results: Vec<Measurement> = Vec::new();
+    for case in &options.cases {
+        let measured = match case {
+            Case::Raw => vec![cases::raw::run(&rig).await?],
+            Case::Drain => cases::drain::run_modes(&rig).await?,
+            Case::Latency => cases::latency::run_modes(&rig).await?,
+            Case::Bigtx => cases::bigtx::run(&rig).await?,
+        };
+        for mut measurement in measured {
+            eprintln!("outbox-bench: {}", measurement.summary());
+            measurement.label.clone_from(&options.label);
+            results.push(measurement);
+        }
+    }
+    report::add_ratios(&mut results);
+    print!("{}", report::table(&results, &rig.describe()));
+    for result in &results {
+        println!("{}", serde_json::to_string(result)?);
+    }
+    Ok(())
+}

@@ -1,0 +1,106 @@
+//! Command-line options: every size is a flag; the defaults keep the whole suite under
+//! ten minutes on a 2-core machine.
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+/// One kind of measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Case {
+    Raw,
+    Drain,
+    Latency,
+    Bigtx,
+}
+
+/// How the relay finds rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    Binlog,
+    Poll,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Binlog => "binlog",
+            Mode::Poll => "poll",
+        }
+    }
+}
+
+/// Benchmarks of outbox-relay against the local stack (`scripts/stack up`).
+#[derive(Debug, Clone, Parser)]
+#[command(name = "outbox-bench", version)]
+pub struct Options {
+    /// Cases to run, in order.
+    #[arg(long, value_delimiter = ',', default_value = "raw,latency,drain,bigtx")]
+    pub cases: Vec<Case>,
+    /// Modes for `drain` and `latency`.
+    #[arg(long, value_delimiter = ',', default_value = "binlog,poll")]
+    pub modes: Vec<Mode>,
+    /// Events in `raw` and `drain`.
+    #[arg(long, default_value_t = 100_000)]
+    pub events: usize,
+    /// Payload size of every event, bytes.
+    #[arg(long, default_value_t = 1_024)]
+    pub body_bytes: usize,
+    /// Distinct biz_keys (events go round-robin over them).
+    #[arg(long, default_value_t = 1_000)]
+    pub keys: usize,
+    /// `latency`: offered load, events per second (single-row transactions).
+    #[arg(long, default_value_t = 1_000)]
+    pub rate: u64,
+    /// `latency`: how long the load is offered, seconds.
+    #[arg(long, default_value_t = 20)]
+    pub seconds: u64,
+    /// `bigtx`: rows in the one big transaction.
+    #[arg(long, default_value_t = 100_000)]
+    pub bigtx_rows: usize,
+    /// `bigtx`: rows in the backlog drained afterwards.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub backlog_rows: usize,
+    /// Relay setting `lanes.batch_size` (also the `raw` batch).
+    #[arg(long, default_value_t = 64)]
+    pub batch_size: usize,
+    /// Relay setting `lanes.max_in_flight`.
+    #[arg(long, default_value_t = 20_000)]
+    pub max_in_flight: usize,
+    /// Queues of the benchmark topic.
+    #[arg(long, default_value_t = 8)]
+    pub queues: u32,
+    /// Extra relay settings, `OUTBOX_RELAY__SECTION__KEY=value` (repeatable), for A/B runs.
+    #[arg(long = "relay-env", value_parser = parse_env)]
+    pub relay_env: Vec<(String, String)>,
+    /// A name for this run, carried in every JSON line.
+    #[arg(long, default_value = "default")]
+    pub label: String,
+    /// The relay binary (default: `outbox-relay` beside this one).
+    #[arg(long)]
+    pub relay: Option<PathBuf>,
+    /// Root URL of the stack's database (creates tables, inserts rows).
+    #[arg(long, env = "OUTBOX_RELAY_TEST_DB_URL", default_value = "mysql://root@127.0.0.1:13306/app")]
+    pub db_url: String,
+    #[arg(
+        long,
+        env = "OUTBOX_RELAY_TEST_REPL_URL",
+        default_value = "mysql://outbox_repl:repl-secret@127.0.0.1:13306/app"
+    )]
+    pub repl_url: String,
+    #[arg(
+        long,
+        env = "OUTBOX_RELAY_TEST_WRITER_URL",
+        default_value = "mysql://outbox_writer:writer-secret@127.0.0.1:13306/app"
+    )]
+    pub writer_url: String,
+    #[arg(long, env = "OUTBOX_RELAY_TEST_NAMESRV", default_value = "127.0.0.1:19876")]
+    pub namesrv: String,
+}
+
+fn parse_env(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if key.starts_with("OUTBOX_RELAY__") => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("{text:?}: expected OUTBOX_RELAY__SECTION__KEY=value")),
+    }
+}

@@ -1,0 +1,129 @@
+//! Results: one [`Measurement`] per case and mode, printed as a table and as JSON lines
+//! (so a script can compare runs), with throughput ratios against `raw` from the same run.
+
+use serde::Serialize;
+
+/// Latency percentiles, milliseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Percentiles {
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Percentiles {
+    /// From unsorted samples (milliseconds); `None` without samples.
+    pub fn of(mut samples: Vec<f64>) -> Option<Self> {
+        if samples.is_empty() {
+            return None;
+        }
+        samples.sort_by(f64::total_cmp);
+        let at = |q: f64| samples[((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1];
+        Some(Self { p50_ms: at(0.50), p90_ms: at(0.90), p99_ms: at(0.99), max_ms: at(1.0) })
+    }
+}
+
+/// One result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measurement {
+    pub bench: &'static str,
+    /// `--label` of the run.
+    pub label: String,
+    pub case: &'static str,
+    /// `binlog`, `poll`, or `broker` for `raw`.
+    pub mode: &'static str,
+    pub events: usize,
+    pub seconds: f64,
+    pub events_per_s: f64,
+    /// Drains: when the last event got SEND_OK (the rest of `seconds` is the write-back
+    /// and the checkpoint catching up).
+    pub send_ok_seconds: Option<f64>,
+    /// Throughput over `raw`'s in the same run.
+    pub vs_raw: Option<f64>,
+    pub offered_per_s: Option<f64>,
+    pub latency: Option<Percentiles>,
+    pub peak_rss_mib: Option<f64>,
+}
+
+impl Measurement {
+    pub fn throughput(case: &'static str, mode: &'static str, events: usize, seconds: f64) -> Self {
+        Self {
+            bench: "outbox-relay",
+            label: String::new(),
+            case,
+            mode,
+            events,
+            seconds,
+            events_per_s: if seconds > 0.0 { events as f64 / seconds } else { 0.0 },
+            send_ok_seconds: None,
+            vs_raw: None,
+            offered_per_s: None,
+            latency: None,
+            peak_rss_mib: None,
+        }
+    }
+
+    pub fn summary(&self) -> String {
+        let send_ok = self.send_ok_seconds.map(|s| format!(" (last SEND_OK at {s:.2} s)")).unwrap_or_default();
+        format!("{} {}: {} events in {:.2} s{send_ok}", self.case, self.mode, self.events, self.seconds)
+    }
+}
+
+/// Sets `vs_raw` of the throughput cases from the `raw` result, if one ran.
+pub fn add_ratios(results: &mut [Measurement]) {
+    let Some(raw) = results.iter().find(|m| m.case == "raw").map(|m| m.events_per_s) else { return };
+    for m in results.iter_mut().filter(|m| m.case != "latency" && raw > 0.0) {
+        m.vs_raw = Some(m.events_per_s / raw);
+    }
+}
+
+/// The human table.
+pub fn table(results: &[Measurement], setup: &str) -> String {
+    let mut out = format!("\n{setup}\n\n");
+    out.push_str(&format!(
+        "{:<8} {:<7} {:>9} {:>8} {:>10} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
+        "case", "mode", "events", "seconds", "events/s", "vs raw", "p50 ms", "p90 ms", "p99 ms", "max ms", "peak RSS"
+    ));
+    for m in results {
+        let ms = |f: fn(&Percentiles) -> f64| m.latency.as_ref().map(|p| format!("{:.1}", f(p))).unwrap_or_default();
+        out.push_str(&format!(
+            "{:<8} {:<7} {:>9} {:>8.2} {:>10.0} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
+            m.case,
+            m.mode,
+            m.events,
+            m.seconds,
+            m.events_per_s,
+            m.vs_raw.map(|r| format!("{r:.2}x")).unwrap_or_default(),
+            ms(|p| p.p50_ms),
+            ms(|p| p.p90_ms),
+            ms(|p| p.p99_ms),
+            ms(|p| p.max_ms),
+            m.peak_rss_mib.map(|r| format!("{r:.0} MiB")).unwrap_or_default(),
+        ));
+    }
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let p = Percentiles::of((1..=100).map(f64::from).collect()).expect("samples");
+        assert_eq!((p.p50_ms, p.p90_ms, p.p99_ms, p.max_ms), (50.0, 90.0, 99.0, 100.0));
+        assert!(Percentiles::of(Vec::new()).is_none());
+    }
+
+    #[test]
+    fn ratios_are_against_raw_of_the_same_run() {
+        let mut results = vec![
+            Measurement::throughput("raw", "broker", 1_000, 1.0),
+            Measurement::throughput("drain", "binlog", 1_000, 2.0),
+        ];
+        add_ratios(&mut results);
+        assert_eq!(results[1].vs_raw, Some(0.5));
+    }
+}
