@@ -11,6 +11,7 @@
 //!
 //! A crashed sweeper's rows come back when their lease passes ([`ClaimStore::reclaim_expired`]).
 
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,8 +24,12 @@ use crate::event::OutboxEvent;
 use crate::source::{Origin, SourceTx};
 use crate::text::truncate_utf8;
 
+/// What a claim reads of each row.
+const SELECTED_COLUMNS: &str = "id, event_id, biz_key, topic, payload, retry_count";
 /// `last_error` column width.
 const LAST_ERROR_MAX: usize = 1024;
+/// Deadlock and lock wait timeout: a row another sweeper is claiming at the same moment.
+const LOCK_CONFLICTS: [u16; 2] = [1213, 1205];
 
 /// How rows are claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -132,7 +137,7 @@ impl ClaimStore {
     pub async fn claim(&self, limit: usize, cutoff: Cutoff) -> Result<SourceTx, mysql_async::Error> {
         let (condition, parameter) = cutoff.condition();
         let select = format!(
-            "SELECT id, event_id, biz_key, topic, payload, retry_count FROM {} {} \
+            "SELECT {SELECTED_COLUMNS} FROM {} {} \
              WHERE status = 0 AND next_retry_at <= NOW(3){condition} ORDER BY id LIMIT {limit}",
             self.outbox.qualified(),
             self.index_hint
@@ -158,7 +163,17 @@ impl ClaimStore {
         // READ COMMITTED: rows the scan rejects are unlocked at once, not held to commit.
         options.with_isolation_level(IsolationLevel::ReadCommitted);
         let mut tx = conn.start_transaction(options).await?;
-        let rows: Vec<Row> = tx.exec(format!("{select} FOR UPDATE SKIP LOCKED"), params).await?;
+        // What is committed and due, unlocked: a row another statement holds locked right
+        // now is skipped by SKIP LOCKED, and its key's later rows must not overtake it.
+        let visible: Vec<(u64, String)> =
+            tx.exec(select.replacen(SELECTED_COLUMNS, "id, biz_key", 1), params.clone()).await?;
+        let locked: Vec<Row> = tx.exec(format!("{select} FOR UPDATE SKIP LOCKED"), params).await?;
+        let keys: Vec<(u64, String)> = locked
+            .iter()
+            .map(|r| (r.get::<u64, _>(0).unwrap_or(0), r.get::<String, _>(2).unwrap_or_default()))
+            .collect();
+        let keep = in_key_order(&keys, &visible);
+        let rows: Vec<Row> = locked.into_iter().zip(keep).filter_map(|(row, keep)| keep.then_some(row)).collect();
         if !rows.is_empty() {
             let ids: Vec<u64> = rows.iter().filter_map(|r| r.get::<u64, _>(0)).collect();
             let sql = format!(
@@ -185,9 +200,17 @@ impl ClaimStore {
         let mut claimed = Vec::with_capacity(candidates.len());
         for row in candidates {
             let id: Option<u64> = row.get(0);
-            conn.exec_drop(&sql, (&self.owner, micros(self.lease), id)).await?;
-            if conn.affected_rows() == 1 {
-                claimed.push(row);
+            match conn.exec_drop(&sql, (&self.owner, micros(self.lease), id)).await {
+                Ok(()) if conn.affected_rows() == 1 => claimed.push(row),
+                Ok(()) => {}
+                // Another sweeper is taking this row right now: it is theirs.
+                Err(mysql_async::Error::Server(e)) if LOCK_CONFLICTS.contains(&e.code) => {}
+                // What is claimed so far goes out; the rest waits for the next sweep.
+                Err(error) if !claimed.is_empty() => {
+                    tracing::warn!(%error, claimed = claimed.len(), "sweep: optimistic claim interrupted");
+                    break;
+                }
+                Err(error) => return Err(error),
             }
         }
         Ok(claimed)
@@ -256,6 +279,18 @@ fn to_event(row: Row) -> Result<(OutboxEvent, u32), mysql_async::Error> {
     Ok((OutboxEvent { id, event_id, biz_key, topic, payload: Bytes::from(payload) }, retry_count))
 }
 
+/// Which `locked` (id, biz_key) rows a claim may take: none of a key after a `visible`
+/// row of that key that was not locked (another statement holds it), so the key's
+/// rows still leave in id order.
+pub fn in_key_order(locked: &[(u64, String)], visible: &[(u64, String)]) -> Vec<bool> {
+    let taken: HashSet<u64> = locked.iter().map(|(id, _)| *id).collect();
+    let mut first_skipped: HashMap<&str, u64> = HashMap::new();
+    for (id, key) in visible.iter().filter(|(id, _)| !taken.contains(id)) {
+        first_skipped.entry(key.as_str()).or_insert(*id);
+    }
+    locked.iter().map(|(id, key)| first_skipped.get(key.as_str()).is_none_or(|skipped| id < skipped)).collect()
+}
+
 fn placeholders(n: usize) -> String {
     vec!["?"; n].join(",")
 }
@@ -266,7 +301,16 @@ fn micros(duration: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::ClaimMethod;
+    use super::{in_key_order, ClaimMethod};
+
+    #[test]
+    fn a_key_whose_earlier_row_is_locked_elsewhere_waits_for_it() {
+        let rows = |list: &[(u64, &str)]| list.iter().map(|(id, k)| (*id, (*k).to_owned())).collect::<Vec<_>>();
+        let visible = rows(&[(1, "a"), (2, "b"), (3, "a"), (4, "c"), (5, "b")]);
+        let locked = rows(&[(1, "a"), (3, "a"), (4, "c"), (5, "b")]);
+        assert_eq!(in_key_order(&locked, &visible), [true, true, true, false], "b's row 2 was skipped: 5 waits");
+        assert_eq!(in_key_order(&locked[..2], &visible[..1]), [true, true], "rows newer than the read are fine");
+    }
 
     #[test]
     fn skip_locked_from_mysql_8_0_1_and_mariadb_10_6() {
