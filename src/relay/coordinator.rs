@@ -107,12 +107,11 @@ impl Coordinator {
         }
         self.drain(&mut inputs.reports, &mut progress).await;
         self.log_progress(&progress);
-        let Some(durable) = self.durable.as_mut() else { return Ok(()) };
-        // The last one is awaited: the process is about to exit.
-        durable.checkpoint.queue_counts = self.pins.clone();
-        durable.store.save(&durable.checkpoint)?;
-        if let Err(error) = durable.mirror.save(&durable.checkpoint).await {
-            tracing::warn!(%error, "cannot mirror the final checkpoint to outbox_relay_checkpoint");
+        // The last mirror write is awaited: the process is about to exit.
+        if let Some(durable) = self.save_checkpoint()? {
+            if let Err(error) = durable.mirror.save(&durable.checkpoint).await {
+                tracing::warn!(%error, "cannot mirror the final checkpoint to outbox_relay_checkpoint");
+            }
         }
         Ok(())
     }
@@ -172,11 +171,18 @@ impl Coordinator {
 
     /// Writes the checkpoint (RocksDB, synced), then mirrors it to the primary.
     fn persist(&mut self) -> Result<(), RelayError> {
-        let Some(durable) = self.durable.as_mut() else { return Ok(()) };
+        if let Some(durable) = self.save_checkpoint()? {
+            durable.mirror.save_later(durable.checkpoint.clone());
+        }
+        Ok(())
+    }
+
+    /// Writes the checkpoint, with the current pins, to RocksDB (synced); binlog mode only.
+    fn save_checkpoint(&mut self) -> Result<Option<&Durable>, RelayError> {
+        let Some(durable) = self.durable.as_mut() else { return Ok(None) };
         durable.checkpoint.queue_counts.clone_from(&self.pins);
         durable.store.save(&durable.checkpoint)?;
-        durable.mirror.save_later(durable.checkpoint.clone());
-        Ok(())
+        Ok(Some(durable))
     }
 
     fn advance(&mut self) -> bool {
