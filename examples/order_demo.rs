@@ -19,12 +19,11 @@ use std::time::Duration;
 use anyhow::Context;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Transaction, TxOpts};
-use outbox_relay::consumer::{
-    render_metrics, schema, ConsumerMetrics, DedupKey, Delivery, EventHandler, HandlerError, HandlerFuture,
-    IdempotentConsumer, StartFrom,
+use outbox_kit::consumer::{
+    schema, ConsumerMetrics, DedupKey, Delivery, EventHandler, HandlerError, HandlerFuture, IdempotentConsumer,
+    StartFrom,
 };
-use outbox_relay::outbox::{enqueue, NewEvent};
-use outbox_relay::store::OutboxTable;
+use outbox_kit::{enqueue, render_metrics, NewEvent, OutboxTable};
 use prometheus_client::registry::Registry;
 use serde::{Deserialize, Serialize};
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::event::OutboxEvent;
-use crate::publish::rocketmq::{Producer, ProducerSettings, PublishError, SendReceipt};
+use crate::rocketmq::{Producer, ProducerSettings, PublishError, SendReceipt};
 
 /// How long a new topic may take to appear in the NameServer's route table.
 const ROUTE_DEADLINE: Duration = Duration::from_secs(30);

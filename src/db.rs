@@ -16,8 +16,19 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum DbError {
     #[error("cannot reach the {role} database at {address} (config key {role}.url): {reason}; check that the server is up and the address and credentials are right")]
     Unreachable { role: &'static str, address: String, reason: String },
+    #[error("access denied for user '{user}' on the {role} database at {address} (config key {role}.url): {reason}; fix the user name and password in {role}.url (or {env_key}), and check that the user may use the database named there")]
+    AccessDenied { role: &'static str, address: String, user: String, env_key: String, reason: String },
+    #[error("the {role} database server at {address} has no database '{database}' (config key {role}.url): create it (then `outbox-relay migrate`), or fix the database name in {role}.url")]
+    UnknownDatabase { role: &'static str, address: String, database: String },
     #[error("{role} database at {address}: {source}")]
     Query { role: &'static str, address: String, source: mysql_async::Error },
+}
+
+/// Server error codes that mean the credentials or the database name are wrong.
+mod codes {
+    pub const DB_ACCESS_DENIED: u16 = 1044;
+    pub const ACCESS_DENIED: u16 = 1045;
+    pub const UNKNOWN_DATABASE: u16 = 1049;
 }
 
 /// A pool for one database role, checked with a round trip before it is returned.
@@ -39,12 +50,34 @@ pub async fn connect_with(role: &'static str, url: &DbUrl, pool_max: usize, setu
     };
     match tokio::time::timeout(CONNECT_TIMEOUT, ping).await {
         Ok(Ok(())) => Ok(pool),
-        Ok(Err(e)) => Err(unreachable(e.to_string())),
+        Ok(Err(e)) => Err(DbError::connect(role, url, e)),
         Err(_) => Err(unreachable(format!("no answer within {CONNECT_TIMEOUT:?}"))),
     }
 }
 
 impl DbError {
+    /// Classifies a failure to open a connection: wrong credentials and a missing
+    /// database are the environment's fault (a restart cannot help), the rest is
+    /// "unreachable".
+    pub fn connect(role: &'static str, url: &DbUrl, error: mysql_async::Error) -> Self {
+        let address = url.address().to_owned();
+        match &error {
+            mysql_async::Error::Server(e) if e.code == codes::ACCESS_DENIED || e.code == codes::DB_ACCESS_DENIED => {
+                DbError::AccessDenied {
+                    role,
+                    address,
+                    user: url.user().unwrap_or_default().to_owned(),
+                    env_key: format!("{}{}__URL", crate::config::ENV_PREFIX, role.to_uppercase()),
+                    reason: e.message.clone(),
+                }
+            }
+            mysql_async::Error::Server(e) if e.code == codes::UNKNOWN_DATABASE => {
+                DbError::UnknownDatabase { role, address, database: url.database().unwrap_or_default().to_owned() }
+            }
+            _ => DbError::Unreachable { role, address, reason: error.to_string() },
+        }
+    }
+
     /// Wraps a query failure on `role`'s database.
     pub fn query(role: &'static str, url: &DbUrl, source: mysql_async::Error) -> Self {
         DbError::Query { role, address: url.address().to_owned(), source }

@@ -4,42 +4,41 @@
 //! routes by `hash(biz_key)` so one key stays ordered, and checkpoints its binlog
 //! position only after the acknowledgement. A polling sweep over the table is the
 //! fallback that guarantees no loss (and the whole relay in poll mode).
+//! Applications do not depend on this crate: they use `outbox-kit`.
 //!
-//! The binary `outbox-relay` is a thin shell over this library:
+//! The binary `outbox-relay` is a thin shell over the public part:
 //! - [`config`]: the typed, validated configuration;
-//! - [`db`]: the source and primary connections;
-//! - [`source`]: the binlog reader and decoder (committed outbox INSERTs);
-//! - [`sweep`]: the polling sweep (claims with leases, full sweeps, the watermark);
-//! - [`route`]: `hash(biz_key) % queue_count`;
-//! - [`publish`]: the RocketMQ producer and the ordered per-queue lanes;
-//! - [`ack`]: the acknowledged prefix that the [`checkpoint`] may advance to;
-//! - [`store`]: SQL on the primary (schema migrations, status updates, claims);
-//! - [`relay`]: the pipeline's wiring;
-//! - [`metrics`] and [`http`]: Prometheus metrics, /metrics and /healthz;
-//! - [`backoff`]: the one exponential backoff;
-//! - [`outbox`]: the producer helper (enqueue in the caller's transaction);
-//! - [`consumer`]: the idempotent consumer kit;
-//! - [`admin`]: operator actions on the broker (create topic, test send);
-//! - [`exit`]: which exit code an error maps to.
+//! - [`relay`]: runs the relay ([`relay::run`]); its [`relay::route`] is the documented
+//!   `hash(biz_key) % queue_count`;
+//! - [`store`]: SQL on the primary, including `migrate`;
+//! - [`rocketmq`]: the synchronous producer (SEND_OK only);
+//! - [`admin`]: operator actions on the broker (create topic, find by key, test send);
+//! - [`db`], [`event`], [`exit`]: connections, the outbox event, exit codes.
+//!
+//! The pipeline inside, upstream to downstream (imports point only that way):
+//! `source` (binlog reader, sweep, hand-off under the in-flight budget) →
+//! `relay` (coordinator, routing, ack tracker) → `lanes` (ordered senders over
+//! `rocketmq`) → `checkpoint` (RocksDB + mirror) and `store` (status write-back);
+//! beside them `supervise` (owns every task), `health` (readiness and liveness),
+//! `http`, `metrics`, `backoff` and `fault` (test-only faults).
 
 #![recursion_limit = "512"]
 
-pub mod ack;
 pub mod admin;
-pub mod backoff;
-pub mod checkpoint;
+pub(crate) mod backoff;
+pub(crate) mod checkpoint;
 pub mod config;
-pub mod consumer;
 pub mod db;
+mod error;
 pub mod event;
 pub mod exit;
-pub mod http;
-pub mod metrics;
-pub mod outbox;
-pub mod publish;
+mod fault;
+pub(crate) mod health;
+pub(crate) mod http;
+pub(crate) mod lanes;
+pub(crate) mod metrics;
 pub mod relay;
-pub mod route;
-pub mod source;
+pub mod rocketmq;
+pub(crate) mod source;
 pub mod store;
-pub mod sweep;
-pub mod text;
+mod supervise;

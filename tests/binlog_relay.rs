@@ -22,7 +22,7 @@ async fn rolled_back_rows_other_tables_and_updates_publish_nothing() {
     let prefix = &events.prefix;
     let topic = &events.topic;
     let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
-    relay.wait_tailing().await;
+    relay.wait_ready().await;
 
     outbox.insert_rolled_back(&events.rows("rolled-back", 0..3)).await;
     let other = format!("app.{}_other", outbox.name());
@@ -58,7 +58,7 @@ async fn fifty_keys_interleaved_and_a_10k_row_transaction_arrive_in_per_key_orde
     let collector = Collector::start(&stack.namesrv, &events.topic, &unique("order_consumer")).await;
     let mut relay =
         RelayProcess::start(&stack, &RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__LANES__MAX_IN_FLIGHT", 2_000));
-    relay.wait_tailing().await;
+    relay.wait_ready().await;
 
     // 50 keys x 200 events: each transaction takes 4 events of every key, in multi-row
     // INSERTs (one per key) interleaved across keys, so keys share transactions.
@@ -93,7 +93,7 @@ async fn rows_committed_while_the_relay_is_stopped_stay_pending_then_are_sent_on
     let events = Events::new(&stack, "seed").await;
     let options = RelayOptions::new(outbox.name());
     let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_tailing().await;
+    relay.wait_ready().await;
     assert_eq!(relay.stop(), Some(0));
 
     outbox.insert_tx(&events.rows("order-9", 0..20)).await;
@@ -101,7 +101,7 @@ async fn rows_committed_while_the_relay_is_stopped_stay_pending_then_are_sent_on
 
     let collector = Collector::start(&stack.namesrv, &events.topic, &unique("seed_consumer")).await;
     let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_tailing().await;
+    relay.wait_ready().await;
     all_sent(&outbox, 20, Duration::from_secs(60)).await;
     let got = consumed_all(&collector, &events, 20, Duration::from_secs(60)).await;
     // A clean stop checkpointed: the restart resumed exactly there, so each event once.
@@ -140,7 +140,7 @@ async fn sigkill_after_sends_before_the_checkpoint_gives_duplicates_never_loss()
     // A checkpoint interval far longer than the test: sends happen, the position does not move.
     let options = RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__CHECKPOINT__INTERVAL_MS", 3_600_000);
     let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_tailing().await;
+    relay.wait_ready().await;
     outbox.insert_tx(&events.rows("kill-a", 0..50)).await;
     outbox.insert_tx(&events.rows("kill-b", 0..50)).await;
     all_sent(&outbox, 100, Duration::from_secs(60)).await;
@@ -148,7 +148,7 @@ async fn sigkill_after_sends_before_the_checkpoint_gives_duplicates_never_loss()
     relay.kill();
 
     let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_tailing().await;
+    relay.wait_ready().await;
     let got = eventually("every event delivered a second time after the restart", Duration::from_secs(60), || async {
         let got = collector.received(|id| id.starts_with(&format!("{}-", events.prefix)));
         (got.len() >= 200).then_some(got)

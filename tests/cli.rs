@@ -1,5 +1,6 @@
-//! The binary's edge: bad configuration and unreachable databases give one line that
-//! names the key or address, and a non-zero exit code (2 config, 3 unreachable).
+//! The binary's edge: bad configuration, unreachable databases and wrong credentials
+//! give one line that names the key, the address or the user, and the exit code of
+//! their class (2 config, 3 unreachable, 4 wrong credentials or database name).
 
 use std::process::{Command, Output};
 
@@ -71,4 +72,51 @@ fn config_dump_redacts_passwords() {
     assert!(output.status.success(), "{}", stderr(&output));
     let dump = String::from_utf8_lossy(&output.stdout);
     assert!(dump.contains("outbox_writer:***@") && !dump.contains("writer-secret"), "{dump}");
+}
+
+/// The stack's database address (`host:port`), from the writer URL.
+fn stack_db() -> String {
+    let url = std::env::var("OUTBOX_RELAY_TEST_WRITER_URL")
+        .unwrap_or_else(|_| "mysql://outbox_writer:writer-secret@127.0.0.1:13306/app".to_owned());
+    let host = url.rsplit_once('@').map_or(url.as_str(), |(_, host)| host);
+    host.split('/').next().unwrap_or(host).to_owned()
+}
+
+/// `run` against the stack with `overrides`; stderr after the exit, which must be 4.
+fn run_expecting_4(overrides: &[(&str, &str)]) -> String {
+    let db = stack_db();
+    let writer = format!("mysql://outbox_writer:writer-secret@{db}/app");
+    let repl = format!("mysql://outbox_repl:repl-secret@{db}/app");
+    let mut env = vec![("OUTBOX_RELAY__PRIMARY__URL", writer.as_str()), ("OUTBOX_RELAY__SOURCE__URL", repl.as_str())];
+    env.extend_from_slice(overrides);
+    let output = relay(&["run"], EXAMPLE, &env);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(4), "{text}");
+    text
+}
+
+#[test]
+fn a_wrong_writer_password_exits_4_naming_user_key_and_fix() {
+    let url = format!("mysql://outbox_writer:wrong-pw-1@{}/app", stack_db());
+    let text = run_expecting_4(&[("OUTBOX_RELAY__PRIMARY__URL", &url)]);
+    assert!(text.contains("access denied for user 'outbox_writer'") && text.contains("primary.url"), "{text}");
+    assert!(text.contains("fix the user name and password"), "{text}");
+    assert!(!text.contains("wrong-pw-1"), "password leaked: {text}");
+}
+
+#[test]
+fn a_wrong_replication_password_exits_4_naming_user_key_and_fix() {
+    let url = format!("mysql://outbox_repl:wrong-pw-2@{}/app", stack_db());
+    let text = run_expecting_4(&[("OUTBOX_RELAY__SOURCE__URL", &url)]);
+    assert!(text.contains("access denied for user 'outbox_repl'") && text.contains("source.url"), "{text}");
+    assert!(text.contains("fix the user name and password"), "{text}");
+    assert!(!text.contains("wrong-pw-2"), "password leaked: {text}");
+}
+
+#[test]
+fn a_database_that_does_not_exist_exits_4_naming_it_and_the_key() {
+    let url = format!("mysql://outbox_writer:writer-secret@{}/no_such_db", stack_db());
+    let text = run_expecting_4(&[("OUTBOX_RELAY__PRIMARY__URL", &url)]);
+    assert!(text.contains("no_such_db") && text.contains("primary.url") && text.contains("outbox_writer"), "{text}");
+    assert!(!text.contains("writer-secret"), "password leaked: {text}");
 }

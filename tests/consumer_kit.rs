@@ -14,14 +14,14 @@ use bytes::Bytes;
 use common::{eventually, fresh_topic, unique, Stack, TEST_TOPIC_QUEUES};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Transaction};
-use outbox_relay::consumer::guards::advance_version;
-use outbox_relay::consumer::retention;
-use outbox_relay::consumer::{
+use outbox_kit::consumer::guards::advance_version;
+use outbox_kit::consumer::retention;
+use outbox_kit::consumer::{
     schema, ConsumerMetrics, DedupKey, Delivery, EventHandler, HandlerError, HandlerFuture, IdempotentConsumer,
     StartFrom, Subscription,
 };
 use outbox_relay::event::OutboxEvent;
-use outbox_relay::publish::rocketmq::Producer;
+use outbox_relay::rocketmq::Producer;
 
 /// The benefits service's business write: one benefit row per order it processes.
 struct Benefits {

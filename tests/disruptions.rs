@@ -66,7 +66,7 @@ async fn broker_down_marks_nothing_sent_and_everything_is_delivered_after_it_ret
         .env("OUTBOX_RELAY__RETRY__MAX_RETRY", 10_000)
         .env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 1_000);
     let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_tailing().await;
+    relay.wait_ready().await;
     outbox.insert_tx(&rows(&prefix, &topic, 0, 10)).await;
     eventually("the first rows SENT", Duration::from_secs(60), || async {
         (outbox.count_status(2).await == 10).then_some(())
@@ -107,7 +107,7 @@ async fn a_killed_binlog_connection_is_reopened_without_loss() {
     let topic = fresh_topic(&stack).await;
     let collector = Collector::start(&stack.namesrv, &topic, &unique("reconnect_consumer")).await;
     let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
-    relay.wait_tailing().await;
+    relay.wait_ready().await;
     outbox.insert_tx(&rows(&prefix, &topic, 0, 20)).await;
     eventually("the first rows SENT", Duration::from_secs(60), || async {
         (outbox.count_status(2).await == 20).then_some(())
@@ -149,7 +149,7 @@ async fn a_binlog_purged_while_the_relay_is_stopped_is_reported_swept_and_nothin
     let collector = Collector::start(&stack.namesrv, &topic, &unique("purged_consumer")).await;
     let options = RelayOptions::new(outbox.name());
     let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_tailing().await;
+    relay.wait_ready().await;
     outbox.insert_tx(&rows(&prefix, &topic, 0, 20)).await;
     eventually("the first rows SENT", Duration::from_secs(60), || async {
         (outbox.count_status(2).await == 20).then_some(())
@@ -176,7 +176,7 @@ async fn a_binlog_purged_while_the_relay_is_stopped_is_reported_swept_and_nothin
     .await;
 
     let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_tailing().await;
+    relay.wait_ready().await;
     eventually("all 220 rows SENT after the lost position", Duration::from_secs(60), || async {
         (outbox.count_status(2).await == 220).then_some(())
     })
@@ -226,7 +226,7 @@ async fn a_broker_down_past_the_backoff_cap_books_growing_retries_then_fails_row
         .env("OUTBOX_RELAY__RETRY__BACKOFF_MAX_MS", 1_200)
         .env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 500);
     let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_log("mode=Poll").await;
+    relay.wait_ready().await;
     // One event first, so the topic's lanes are up before the broker goes away.
     outbox.insert_tx(&rows(&prefix, &topic, 0, 1)).await;
     eventually("the first row SENT", Duration::from_secs(60), || async {

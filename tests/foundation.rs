@@ -11,9 +11,10 @@ use bytes::Bytes;
 use common::collector::Collector;
 use common::{eventually, fresh_topic, unique, Stack, TEST_TOPIC, TEST_TOPIC_QUEUES};
 use mysql_async::prelude::Queryable;
+use outbox_kit::OutboxTable;
 use outbox_relay::event::OutboxEvent;
-use outbox_relay::publish::rocketmq::{Producer, ProducerSettings};
-use outbox_relay::store::{migrate, OutboxTable};
+use outbox_relay::rocketmq::{Producer, ProducerSettings};
+use outbox_relay::store::migrate;
 
 async fn fresh_outbox(stack: &Stack) -> (mysql_async::Pool, OutboxTable) {
     let pool = stack.root_pool().await;

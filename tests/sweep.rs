@@ -99,7 +99,7 @@ async fn three_sweepers_never_send_a_row_twice_and_a_killed_sweepers_rows_return
         })
         .collect();
     for sweeper in &mut sweepers {
-        sweeper.wait_log("sweeping every").await;
+        sweeper.wait_ready().await;
     }
     let sweeping_since = db_now(&outbox).await;
     // Reclaimed within one period (200 ms) of the lease's end (or of the sweepers' start).
@@ -135,7 +135,7 @@ async fn three_sweepers_never_send_a_row_twice_and_a_killed_sweepers_rows_return
         let sent = sent_at[id];
         assert!(sent >= *lease_until, "row {id} sent at {sent} while A's lease ran until {lease_until}");
     }
-    for sweeper in sweepers {
+    for mut sweeper in sweepers {
         assert_eq!(sweeper.stop(), Some(0));
     }
 }
@@ -148,7 +148,7 @@ async fn a_deleted_checkpoint_with_pending_rows_still_delivers_every_row() {
     let collector = Collector::start(&stack.namesrv, &events.topic, &unique("bootstrap_consumer")).await;
     let options = RelayOptions::new(outbox.name());
     let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_tailing().await;
+    relay.wait_ready().await;
     outbox.insert_tx(&spread(&events, 5, 0..2)).await;
     all_sent(&outbox, 10, Duration::from_secs(60)).await;
     assert_eq!(relay.stop(), Some(0));
@@ -158,7 +158,7 @@ async fn a_deleted_checkpoint_with_pending_rows_still_delivers_every_row() {
     }
     std::fs::remove_dir_all(&options.checkpoint_dir).expect("delete the RocksDB checkpoint");
     let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_tailing().await;
+    relay.wait_ready().await;
     all_sent(&outbox, 310, Duration::from_secs(60)).await;
     let deliveries = consumed_all(&collector, &events, 310, Duration::from_secs(60)).await;
     assert_per_key_order(&stack, &events.topic, &deliveries).await;
@@ -179,7 +179,7 @@ async fn a_sent_row_set_back_to_pending_by_hand_is_published_again() {
         .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 1_000)
         .env("OUTBOX_RELAY__SOURCE__HEARTBEAT_MS", 500);
     let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_tailing().await;
+    relay.wait_ready().await;
     outbox.insert_tx(&[events.row("order-1", 0)]).await;
     all_sent(&outbox, 1, Duration::from_secs(60)).await;
     let event_id = events.id("order-1", 0);
@@ -210,7 +210,7 @@ async fn a_missing_topic_and_an_oversized_payload_fail_at_once_while_other_event
     let events = Events::new(&stack, "poison").await;
     let collector = Collector::start(&stack.namesrv, &events.topic, &unique("poison_consumer")).await;
     let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
-    relay.wait_tailing().await;
+    relay.wait_ready().await;
 
     let missing_topic = unique("t_missing");
     let mut lost = events.row("lost", 0);
@@ -264,7 +264,7 @@ async fn poll_mode_alone_delivers_everything_in_key_order_with_the_seeds_paramet
     // No interval or batch set: poll mode defaults to the seed's 500 ms and 100 rows.
     let options = RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__MODE", "poll");
     let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_log("mode=Poll").await;
+    relay.wait_ready().await;
     for seq in (40..50).step_by(2) {
         outbox.insert_tx(&spread(&events, 20, seq..seq + 2)).await;
     }
@@ -295,7 +295,7 @@ async fn poll_mode_runs_without_a_source_section_and_claims_optimistically() {
     options.config = Some(config);
     options.source = false;
     let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_log("mode=Poll").await;
+    relay.wait_ready().await;
     let rows: Vec<Row> = (0..250)
         .map(|i| Row {
             event_id: unique("nosource"),

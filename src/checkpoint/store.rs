@@ -39,6 +39,11 @@ impl CheckpointStore {
         Ok(Self { db, path: path.to_owned() })
     }
 
+    /// The directory of the store.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// The saved checkpoint, or `None` on a fresh store.
     pub fn load(&self) -> Result<Option<Checkpoint>, CheckpointError> {
         let corrupt = |detail: String| CheckpointError::Corrupt { path: self.path.clone(), detail };
@@ -71,7 +76,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::checkpoint::BinlogPosition;
+    use crate::source::BinlogPosition;
 
     fn temp_dir() -> PathBuf {
         std::env::temp_dir().join(format!("outbox-relay-ckpt-{}", uuid::Uuid::now_v7().simple()))

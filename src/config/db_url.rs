@@ -28,6 +28,13 @@ impl DbUrl {
         after_user.split(['/', '?']).next().unwrap_or(after_user)
     }
 
+    /// The user name in the URL, if any.
+    pub fn user(&self) -> Option<&str> {
+        let after_scheme = self.0.split_once("://").map_or(self.0.as_str(), |(_, rest)| rest);
+        let userinfo = after_scheme.rsplit_once('@')?.0;
+        Some(userinfo.split_once(':').map_or(userinfo, |(user, _)| user))
+    }
+
     /// The database named in the URL path, if any.
     pub fn database(&self) -> Option<&str> {
         let after_scheme = self.0.split_once("://").map_or(self.0.as_str(), |(_, rest)| rest);

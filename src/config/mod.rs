@@ -6,6 +6,7 @@
 //! Database URLs are [`DbUrl`]s whose `Debug`/`Display`/serialised forms never show
 //! the password, so a config dump or a log line cannot leak it.
 
+mod claim;
 mod db_url;
 mod load;
 mod validate;
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::store::ClaimMethod;
+pub use claim::ClaimMethod;
 pub use db_url::DbUrl;
 pub use load::{load, load_from_str, ConfigError, ENV_PREFIX};
 
@@ -145,6 +146,8 @@ pub struct LanesConfig {
     pub linger_ms: u64,
     /// Cap on events read but not yet acknowledged; the binlog reader waits when reached.
     pub max_in_flight: usize,
+    /// Cap on the payload bytes of those events (plus a small overhead per event).
+    pub max_in_flight_bytes: usize,
 }
 
 /// Retry and backoff for sends that did not get SEND_OK.
@@ -254,7 +257,7 @@ impl Default for OutboxConfig {
 
 impl Default for LanesConfig {
     fn default() -> Self {
-        Self { batch_size: 64, linger_ms: 1, max_in_flight: 20_000 }
+        Self { batch_size: 64, linger_ms: 1, max_in_flight: 20_000, max_in_flight_bytes: 256 * 1024 * 1024 }
     }
 }
 

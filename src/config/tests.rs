@@ -107,6 +107,17 @@ fn db_url_parts() {
     assert_eq!(url.database(), Some("db"));
     assert_eq!(url.redacted(), "mysql://u:***@h:1/db?x=1");
     assert_eq!(DbUrl::new("mysql://h:1/").database(), None);
+    assert_eq!(url.user(), Some("u"));
+    assert_eq!(DbUrl::new("mysql://only@h:1/db").user(), Some("only"));
+    assert_eq!(DbUrl::new("mysql://h:1/db").user(), None);
+}
+
+#[test]
+fn the_byte_budget_must_hold_the_largest_message() {
+    let config = load_with(EXAMPLE, &[]).expect("example config is valid");
+    assert_eq!(config.lanes.max_in_flight_bytes, 256 * 1024 * 1024);
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__LANES__MAX_IN_FLIGHT_BYTES", "1000")]);
+    assert!(message.contains("lanes.max_in_flight_bytes"), "{message}");
 }
 
 #[test]

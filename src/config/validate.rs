@@ -23,6 +23,11 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     check_rocketmq(config)?;
     at_least("lanes.batch_size", config.lanes.batch_size as u64, 1)?;
     at_least("lanes.max_in_flight", config.lanes.max_in_flight as u64, config.lanes.batch_size as u64)?;
+    at_least(
+        "lanes.max_in_flight_bytes",
+        config.lanes.max_in_flight_bytes as u64,
+        config.rocketmq.max_message_bytes as u64,
+    )?;
     at_least("retry.backoff_initial_ms", config.retry.backoff_initial_ms, 1)?;
     at_least("retry.backoff_max_ms", config.retry.backoff_max_ms, config.retry.backoff_initial_ms)?;
     at_least("sweep.interval_ms", config.sweep.interval(config.mode).as_millis() as u64, 10)?;

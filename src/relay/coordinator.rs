@@ -3,34 +3,39 @@
 //! It registers each batch (binlog transaction or sweep claim) with the ack tracker,
 //! routes its events to the lane of `hash(biz_key) % queue_count` (starting lanes on
 //! first use), takes the lanes' reports, forwards SENT rows to the status writer,
-//! gives in-flight permits back as the acknowledged prefix grows, publishes the
-//! binlog path's progress to the sweep's watermark, and writes the checkpoint at
-//! most every `checkpoint.interval`. Nothing else writes the checkpoint.
+//! drops each batch's share of the in-flight budget once the acknowledged prefix
+//! passes it, publishes the binlog path's progress to the sweep's watermark, and
+//! hands the checkpoint to its writer at most every `checkpoint.interval`. Nothing
+//! else decides the checkpoint. Its loop beats the liveness clock on every turn and
+//! reports a checkpoint that stopped moving while batches are in flight.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::ack::AckTracker;
+use super::route::queue_for;
 use super::RelayError;
-use crate::ack::AckTracker;
-use crate::checkpoint::{BinlogPosition, Checkpoint, CheckpointStore};
+use crate::checkpoint::{Checkpoint, CheckpointWriter};
 use crate::config::HashFunction;
+use crate::health::{Health, Part};
+use crate::lanes::{run_failing, Attempts, Lane, LaneEvent, LaneReport, LaneSettings, Outcome, Recorder};
 use crate::metrics::RelayMetrics;
-use crate::publish::lane::{run_failing, Attempts, Lane, LaneEvent, LaneReport, LaneSettings, Outcome};
-use crate::publish::recorder::Recorder;
-use crate::publish::rocketmq::{Producer, PublishError};
-use crate::route::queue_for;
-use crate::source::{Handoff, Origin, SourceTx};
-use crate::store::{CheckpointMirror, Sent};
-use crate::sweep::Watermark;
+use crate::rocketmq::{Producer, PublishError};
+use crate::source::sweep::Watermark;
+use crate::source::{Admitted, BinlogPosition, InFlight, Origin};
+use crate::store::Sent;
+use crate::supervise::Supervisor;
 
 /// How long shutdown waits for in-flight sends before the final checkpoint.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often progress is logged.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+/// No acknowledgement this long while batches are in flight: the relay is not ready.
+const ACK_STALL: Duration = Duration::from_secs(30);
 
 /// Where a topic's events go.
 enum TopicLanes {
@@ -50,14 +55,13 @@ struct Progress {
 
 /// The binlog path's durable position (binlog mode only).
 pub struct Durable {
-    pub store: CheckpointStore,
-    pub mirror: CheckpointMirror,
+    pub writer: CheckpointWriter,
     pub checkpoint: Checkpoint,
 }
 
 /// Everything the coordinator owns.
 pub struct Coordinator {
-    pub tracker: AckTracker<BinlogPosition>,
+    pub tracker: AckTracker<BinlogPosition, InFlight>,
     /// Queue count per topic in use (saved with the checkpoint in binlog mode).
     pub pins: BTreeMap<String, u32>,
     pub durable: Option<Durable>,
@@ -67,20 +71,21 @@ pub struct Coordinator {
     pub hash: HashFunction,
     /// Pinned queue counts from configuration (they win over the checkpoint).
     pub configured: HashMap<String, u32>,
-    pub permits: Arc<Semaphore>,
-    pub max_in_flight: usize,
     pub lane_settings: Arc<LaneSettings>,
     pub recorder: Recorder,
     /// Bounded: when the primary falls behind, the coordinator waits (backpressure)
     /// instead of queueing write-backs without limit.
     pub sent: mpsc::Sender<Sent>,
     pub metrics: RelayMetrics,
+    pub health: Health,
+    /// Spawns the lanes.
+    pub supervisor: Supervisor,
     pub shutdown: CancellationToken,
 }
 
 /// The coordinator's inputs.
 pub struct Inputs {
-    pub source: mpsc::Receiver<SourceTx>,
+    pub source: mpsc::Receiver<Admitted>,
     pub reports: mpsc::UnboundedReceiver<Vec<LaneReport>>,
 }
 
@@ -92,39 +97,82 @@ impl Coordinator {
         let mut tick = tokio::time::interval(self.checkpoint_every);
         let mut progress_tick = tokio::time::interval(PROGRESS_EVERY);
         let mut dirty = false;
+        let mut last_ack = Instant::now();
         loop {
+            self.health.beat();
             tokio::select! {
                 biased;
-                Some(reports) = inputs.reports.recv() => dirty |= self.on_reports(reports, &mut progress).await,
-                tx = inputs.source.recv() => match tx {
-                    Some(tx) => dirty |= self.on_tx(tx, &mut topics).await?,
+                Some(reports) = inputs.reports.recv() => {
+                    last_ack = Instant::now();
+                    dirty |= self.on_reports(reports, &mut progress).await;
+                }
+                admitted = inputs.source.recv() => match admitted {
+                    Some(admitted) => dirty |= self.on_tx(admitted, &mut topics).await?,
                     None => break,
                 },
-                _ = tick.tick() => if std::mem::take(&mut dirty) { self.persist()?; },
+                _ = tick.tick() => {
+                    if std::mem::take(&mut dirty) {
+                        self.persist();
+                    }
+                    self.check_stall(last_ack);
+                }
                 _ = progress_tick.tick() => self.log_progress(&progress),
                 () = self.shutdown.cancelled() => break,
             }
         }
         self.drain(&mut inputs.reports, &mut progress).await;
         self.log_progress(&progress);
-        // The last mirror write is awaited: the process is about to exit.
-        if let Some(durable) = self.save_checkpoint()? {
-            if let Err(error) = durable.mirror.save(&durable.checkpoint).await {
-                tracing::warn!(%error, "cannot mirror the final checkpoint to outbox_relay_checkpoint");
-            }
+        self.save_final().await
+    }
+
+    /// Not ready while batches are in flight and none was acknowledged for a while.
+    fn check_stall(&self, last_ack: Instant) {
+        let in_flight = self.tracker.in_flight();
+        if in_flight > 0 && last_ack.elapsed() > ACK_STALL {
+            self.health.problem(
+                Part::Checkpoint,
+                format!(
+                    "pipeline: no send acknowledged for {}s while {in_flight} batches are in flight, so the checkpoint cannot move",
+                    last_ack.elapsed().as_secs()
+                ),
+            );
+        } else {
+            self.health.clear(&Part::Checkpoint);
+        }
+    }
+
+    /// The last checkpoint, awaited until durable: the relay is about to stop.
+    async fn save_final(&mut self) -> Result<(), RelayError> {
+        self.save_now().await?;
+        if let Some(durable) = &self.durable {
+            let position = &durable.checkpoint.position;
+            tracing::info!(file = %position.file, pos = position.pos, gtid = ?position.gtid, "final checkpoint written");
+        }
+        Ok(())
+    }
+
+    /// Writes the checkpoint and waits until it is durable (binlog mode only).
+    async fn save_now(&mut self) -> Result<(), RelayError> {
+        let Some(checkpoint) = self.current_checkpoint() else { return Ok(()) };
+        if let Some(durable) = &self.durable {
+            durable.writer.save_now(checkpoint).await?;
         }
         Ok(())
     }
 
     /// Registers `tx` and routes its events. Returns whether the watermark moved.
-    async fn on_tx(&mut self, tx: SourceTx, topics: &mut HashMap<String, TopicLanes>) -> Result<bool, RelayError> {
-        let permits = Handoff::permits_for(tx.events.len(), self.max_in_flight);
+    async fn on_tx(
+        &mut self,
+        admitted: Admitted,
+        topics: &mut HashMap<String, TopicLanes>,
+    ) -> Result<bool, RelayError> {
+        let Admitted { tx, in_flight } = admitted;
         let (end, failures_before) = match tx.origin {
             Origin::Binlog { end } => (Some(end), Vec::new()),
             Origin::BinlogPart => (None, Vec::new()),
             Origin::Sweep { retry_counts } => (None, retry_counts),
         };
-        let seq = self.tracker.register(tx.events.len(), permits, end);
+        let seq = self.tracker.register(tx.events.len(), in_flight, end);
         for (index, event) in tx.events.into_iter().enumerate() {
             if !topics.contains_key(&event.topic) {
                 let lanes = self.start_topic(&event.topic).await?;
@@ -169,29 +217,26 @@ impl Coordinator {
         self.advance()
     }
 
-    /// Writes the checkpoint (RocksDB, synced), then mirrors it to the primary.
-    fn persist(&mut self) -> Result<(), RelayError> {
-        if let Some(durable) = self.save_checkpoint()? {
-            durable.mirror.save_later(durable.checkpoint.clone());
+    /// Hands the checkpoint, with the current pins, to its writer (binlog mode only).
+    fn persist(&mut self) {
+        if let Some(checkpoint) = self.current_checkpoint() {
+            if let Some(durable) = &self.durable {
+                durable.writer.save(checkpoint);
+            }
         }
-        Ok(())
     }
 
-    /// Writes the checkpoint, with the current pins, to RocksDB (synced); binlog mode only.
-    fn save_checkpoint(&mut self) -> Result<Option<&Durable>, RelayError> {
-        let Some(durable) = self.durable.as_mut() else { return Ok(None) };
+    /// The checkpoint to write now, with the current pins.
+    fn current_checkpoint(&mut self) -> Option<Checkpoint> {
+        let durable = self.durable.as_mut()?;
         durable.checkpoint.queue_counts.clone_from(&self.pins);
-        durable.store.save(&durable.checkpoint)?;
-        Ok(Some(durable))
+        Some(durable.checkpoint.clone())
     }
 
     fn advance(&mut self) -> bool {
-        let advance = self.tracker.advance();
+        let advanced = self.tracker.advance();
         self.metrics.in_flight_transactions.set(i64::try_from(self.tracker.in_flight()).unwrap_or(i64::MAX));
-        if advance.permits > 0 {
-            self.permits.add_permits(advance.permits);
-        }
-        let (Some(end), Some(durable)) = (advance.end, self.durable.as_mut()) else { return false };
+        let (Some(end), Some(durable)) = (advanced, self.durable.as_mut()) else { return false };
         self.metrics.checkpoint_position.set(i64::try_from(end.pos).unwrap_or(i64::MAX));
         if let Some(commit_time) = end.commit_time {
             self.watermark.acknowledged(commit_time);
@@ -211,8 +256,8 @@ impl Coordinator {
             Ok(queues) if !queues.is_empty() => {
                 let count = u32::try_from(queues.len()).unwrap_or(u32::MAX);
                 if self.pins.insert(topic.to_owned(), count).is_none() {
-                    // Pin before the first send of this topic, so a restart routes the same way.
-                    self.persist()?;
+                    // Durable before the first send of this topic, so a restart routes the same way.
+                    self.save_now().await?;
                     tracing::info!(topic, queue_count = count, "pinned queue count");
                 }
                 Ok(TopicLanes::Queues(queues.into_iter().map(|queue| self.spawn_lane(queue)).collect()))
@@ -237,15 +282,23 @@ impl Coordinator {
             settings: Arc::clone(&self.lane_settings),
             recorder: self.recorder.clone(),
             metrics: self.metrics.clone(),
+            health: self.health.clone(),
         };
-        tokio::spawn(lane.run(rx));
+        self.supervisor.spawn("lane", async move {
+            lane.run(rx).await;
+            Ok(())
+        });
         tx
     }
 
     fn failing_topic(&self, topic: &str, error: &PublishError) -> TopicLanes {
         tracing::error!(topic, %error, "topic cannot be published to: its events are marked FAILED");
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run_failing(rx, error.to_string(), self.recorder.clone()));
+        let (reason, recorder) = (error.to_string(), self.recorder.clone());
+        self.supervisor.spawn("failing lane", async move {
+            run_failing(rx, reason, recorder).await;
+            Ok(())
+        });
         TopicLanes::Failing(tx)
     }
 

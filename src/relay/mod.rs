@@ -12,34 +12,39 @@
 //! In poll mode there is no binlog reader and no checkpoint: the sweep alone feeds
 //! the lanes, and the outbox table is the only state.
 
+pub(crate) mod ack;
 mod coordinator;
+pub mod route;
 mod sent_writer;
 mod start;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::ack::AckTracker;
 use crate::backoff::Backoff;
-use crate::checkpoint::CheckpointError;
-use crate::config::{Config, ConfigError, Mode};
+use crate::checkpoint::{CheckpointWriter, Mirror};
+use crate::config::{Config, Mode};
 use crate::db::{self, DbError};
+use crate::health::{Health, Part};
 use crate::http;
+use crate::lanes::{LaneSettings, Recorder};
 use crate::metrics::RelayMetrics;
-use crate::publish::lane::LaneSettings;
-use crate::publish::recorder::Recorder;
-use crate::publish::rocketmq::{Producer, ProducerSettings, PublishError};
-use crate::source::binlog::{ColumnError, PreflightError, Reader, ReaderLinks, ReaderSettings, SourceError};
-use crate::source::Handoff;
-use crate::store::{CheckpointMirror, ClaimStore, OutboxTable, StatusStore};
-use crate::sweep::{BinlogGuard, SweepSettings, Sweeper, Watermark};
+use crate::rocketmq::{Producer, ProducerSettings};
+use crate::source::binlog::{Flavor, Reader, ReaderLinks, ReaderSettings};
+use crate::source::sweep::{BinlogGuard, SweepSettings, Sweeper, Watermark};
+use crate::source::{Budget, Handoff};
+use crate::store::{ClaimStore, StatusStore};
+use crate::supervise::Supervisor;
 
+pub use crate::error::RelayError;
+use ack::AckTracker;
 use coordinator::{Coordinator, Durable, Inputs};
+use outbox_kit::OutboxTable;
 use start::BinlogStart;
 
 /// SENT write-backs that may wait for the primary before the pipeline slows down.
@@ -48,27 +53,6 @@ const SENT_BACKLOG: usize = 50_000;
 /// Session setting for the relay's own writes. With the FULL image every SENT UPDATE
 /// logs the whole row (payload included) twice, and the binlog path reads it back.
 const MINIMAL_ROW_IMAGE: &str = "SET SESSION binlog_row_image = 'MINIMAL'";
-
-/// Why the relay stopped (or could not start).
-#[derive(Debug, thiserror::Error)]
-pub enum RelayError {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    Db(#[from] DbError),
-    #[error(transparent)]
-    Preflight(#[from] PreflightError),
-    #[error(transparent)]
-    Columns(#[from] ColumnError),
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
-    #[error(transparent)]
-    Publish(#[from] PublishError),
-    #[error(transparent)]
-    Source(#[from] SourceError),
-    #[error("{0}")]
-    State(String),
-}
 
 /// The outbox table the configuration names.
 pub fn outbox_table(config: &Config) -> OutboxTable {
@@ -89,7 +73,8 @@ pub fn process_owner() -> String {
     format!("{host}:{}:{started}", std::process::id())
 }
 
-/// Runs the relay until `shutdown` is cancelled or a fatal error.
+/// Runs the relay until `shutdown` is cancelled or a task fails; every task it
+/// started has ended when it returns.
 pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), RelayError> {
     let outbox = outbox_table(config);
     let primary = open_primary(config).await?;
@@ -107,13 +92,6 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
     .await
     .map_err(|e| DbError::query("primary", &config.primary.url, e))?;
     tracing::info!(mode = ?config.mode, owner = claims.owner(), claim = ?claims.method(), "starting");
-
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = RelayMetrics::register(&mut registry);
-    let http_address = http::serve(&config.http.listen, Arc::new(registry), shutdown.clone())
-        .await
-        .map_err(|e| RelayError::State(format!("cannot listen on {} (http.listen): {e}", config.http.listen)))?;
-    tracing::info!("metrics on http://{http_address}/metrics, health on http://{http_address}/healthz");
     let producer = Arc::new(
         Producer::start(ProducerSettings {
             namesrv: config.rocketmq.namesrv.clone(),
@@ -122,12 +100,63 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
         })
         .await?,
     );
-    let pipeline = Pipeline { outbox, primary, binlog, claims, producer: Arc::clone(&producer), metrics };
-    let result = run_pipeline(config, pipeline, shutdown).await;
-    if let Ok(producer) = Arc::try_unwrap(producer) {
-        producer.shutdown().await;
-    }
+    let pipeline = Pipeline { outbox, primary, binlog, claims: claims.clone(), producer: Arc::clone(&producer) };
+    let result = serve(config, pipeline, shutdown).await;
+    release_claims(&claims).await;
+    shutdown_producer(producer).await;
     result
+}
+
+/// Serves metrics and health while the pipeline runs; stops them last.
+async fn serve(config: &Config, pipeline: Pipeline, shutdown: CancellationToken) -> Result<(), RelayError> {
+    // Not ready until the parts say they work: the first sweep ran, the reader streams.
+    let health = Health::new();
+    health.problem(Part::Sweep, "sweep: the first sweep has not run yet");
+    if pipeline.binlog.is_some() {
+        health.problem(Part::BinlogSource, "binlog source: not streaming yet (starting)");
+    }
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = RelayMetrics::register(&mut registry);
+    let http_stop = CancellationToken::new();
+    let (address, server) =
+        http::bind(&config.http.listen, Arc::new(registry), health.clone(), http_stop.clone()).await.map_err(|e| {
+            RelayError::Environment(format!(
+                "cannot listen on {} (http.listen): {e}; choose a free address",
+                config.http.listen
+            ))
+        })?;
+    let http_task = tokio::spawn(server);
+    tracing::info!("metrics on http://{address}/metrics, readiness on http://{address}/readyz, liveness on http://{address}/healthz");
+    let supervisor = Supervisor::new(shutdown.clone(), health.clone());
+    let started = start_pipeline(config, pipeline, &supervisor, metrics, &health).await;
+    if started.is_ok() {
+        shutdown.cancelled().await;
+    }
+    if !health.has_problem(&Part::Stopping) {
+        health.problem(Part::Stopping, "stopping: draining in-flight sends, then checkpointing");
+    }
+    shutdown.cancel();
+    let joined = supervisor.join().await;
+    http_stop.cancel();
+    match http_task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(%error, "the metrics endpoint failed while stopping"),
+        Err(error) => tracing::warn!(%error, "the metrics endpoint task failed"),
+    }
+    started.and(joined)
+}
+
+/// Stops the RocketMQ client; every lane has ended, so nothing else holds it.
+async fn shutdown_producer(producer: Arc<Producer>) {
+    match Arc::try_unwrap(producer) {
+        Ok(producer) => {
+            producer.shutdown().await;
+            tracing::info!("RocketMQ producer shut down");
+        }
+        Err(_) => tracing::error!(
+            "the RocketMQ producer is still in use after every task ended (a bug); it is not shut down cleanly"
+        ),
+    }
 }
 
 /// The primary's pool; its connections log with MINIMAL row images when allowed.
@@ -155,26 +184,32 @@ struct Pipeline {
     binlog: Option<BinlogStart>,
     claims: ClaimStore,
     producer: Arc<Producer>,
-    metrics: RelayMetrics,
 }
 
-async fn run_pipeline(config: &Config, pipeline: Pipeline, shutdown: CancellationToken) -> Result<(), RelayError> {
-    let Pipeline { outbox, primary, binlog, claims, producer, metrics } = pipeline;
+/// Spawns every task of the pipeline under `supervisor`.
+async fn start_pipeline(
+    config: &Config,
+    pipeline: Pipeline,
+    supervisor: &Supervisor,
+    metrics: RelayMetrics,
+    health: &Health,
+) -> Result<(), RelayError> {
+    let Pipeline { outbox, primary, binlog, claims, producer } = pipeline;
+    let shutdown = supervisor.stop_token();
     let configured: HashMap<String, u32> =
         config.rocketmq.topics.iter().map(|(t, c)| (t.clone(), c.queue_count)).collect();
     for (topic, count) in &configured {
         producer.pinned_queues(topic, *count).await?;
     }
-    let max_in_flight = config.lanes.max_in_flight;
-    let permits = Arc::new(Semaphore::new(max_in_flight));
+    let budget = Budget { events: config.lanes.max_in_flight, bytes: config.lanes.max_in_flight_bytes };
     let backoff = Backoff::new(config.retry.backoff_initial(), config.retry.backoff_max());
     let status = StatusStore::new(primary.clone(), outbox.clone());
     let (source_tx, source_rx) = mpsc::channel(64);
-    let handoff = Handoff::new(Arc::clone(&permits), max_in_flight, source_tx);
+    let handoff = Handoff::new(budget, source_tx);
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
     let (sent_tx, sent_rx) = mpsc::channel(SENT_BACKLOG);
-    let sent_writer = tokio::spawn(sent_writer::run(status.clone(), sent_rx));
-    tokio::spawn(watch_pending(status.clone(), metrics.clone(), shutdown.clone()));
+    supervisor.spawn("status writer", ok(sent_writer::run(status.clone(), sent_rx)));
+    supervisor.spawn("backlog gauges", ok(watch_pending(status.clone(), metrics.clone(), shutdown.clone())));
 
     let watermark = Arc::new(Watermark::new(binlog.as_ref().and_then(|b| b.checkpoint.position.commit_time)));
     let (sweeps_tx, sweeps_rx) = mpsc::channel(4);
@@ -192,46 +227,33 @@ async fn run_pipeline(config: &Config, pipeline: Pipeline, shutdown: Cancellatio
         },
         requests: sweeps_rx,
         metrics: metrics.clone(),
+        health: health.clone(),
     };
-    let sweeper_task = tokio::spawn(sweeper.run(shutdown.child_token()));
+    supervisor.spawn("sweep", ok(sweeper.run(shutdown.child_token())));
 
-    let reader_stop = shutdown.child_token();
-    let (reader_task, pins, durable) = match binlog {
+    let (pins, durable) = match binlog {
         Some(binlog) => {
-            let source = config.source()?;
+            let pins = binlog.checkpoint.queue_counts.clone();
+            let (writer, writing) = CheckpointWriter::start(binlog.store, Mirror::new(primary, outbox.clone()));
+            supervisor.spawn("checkpoint writer", async move { writing.await.map_err(RelayError::from) });
             let reader = Reader::new(
-                ReaderSettings {
-                    url: source.url.clone(),
-                    server_id: source.server_id,
-                    heartbeat: Duration::from_millis(source.heartbeat_ms),
-                    schema: outbox.schema.clone(),
-                    table: outbox.table.clone(),
-                    flavor: binlog.server.flavor,
-                    reconnect: Backoff::new(Duration::from_millis(200), Duration::from_secs(10)),
-                    part_events: (max_in_flight / 2).max(1),
-                },
+                reader_settings(config, &outbox, binlog.server.flavor)?,
                 ReaderLinks {
                     pool: binlog.pool,
                     handoff,
                     sweeps: sweeps_tx,
                     watermark: Arc::clone(&watermark),
                     metrics: metrics.clone(),
+                    health: health.clone(),
                 },
             );
-            let task = tokio::spawn(reader.run(binlog.start, reader_stop.clone()));
-            let pins = binlog.checkpoint.queue_counts.clone();
-            let durable = Durable {
-                store: binlog.store,
-                mirror: CheckpointMirror::new(primary, outbox.clone()),
-                checkpoint: binlog.checkpoint,
-            };
-            (Some(task), pins, Some(durable))
+            supervisor.spawn("binlog reader", ok(reader.run(binlog.start, shutdown.child_token())));
+            (pins, Some(Durable { writer, checkpoint: binlog.checkpoint }))
         }
         None => {
             // Poll mode: no checkpoint; topics not in the config are pinned per process.
-            drop(sweeps_tx);
-            let pins: BTreeMap<String, u32> = configured.iter().map(|(t, c)| (t.clone(), *c)).collect();
-            (None, pins, None)
+            drop((sweeps_tx, handoff));
+            (configured.iter().map(|(t, c)| (t.clone(), *c)).collect(), None)
         }
     };
 
@@ -244,8 +266,6 @@ async fn run_pipeline(config: &Config, pipeline: Pipeline, shutdown: Cancellatio
         producer,
         hash: config.rocketmq.hash,
         configured,
-        permits,
-        max_in_flight,
         lane_settings: Arc::new(LaneSettings {
             batch_size: config.lanes.batch_size,
             linger: Duration::from_millis(config.lanes.linger_ms),
@@ -253,23 +273,35 @@ async fn run_pipeline(config: &Config, pipeline: Pipeline, shutdown: Cancellatio
             max_retry: config.retry.max_retry,
             backoff,
         }),
-        recorder: Recorder { status, claims: claims.clone(), backoff, reports: reports_tx, shutdown: shutdown.clone() },
+        recorder: Recorder { status, claims, backoff, reports: reports_tx, shutdown: shutdown.clone() },
         sent: sent_tx,
         metrics,
-        shutdown: shutdown.clone(),
+        health: health.clone(),
+        supervisor: supervisor.clone(),
+        shutdown,
     };
-    let coordinated = coordinator.run(Inputs { source: source_rx, reports: reports_rx }).await;
-    reader_stop.cancel();
-    shutdown.cancel();
-    let read = match reader_task {
-        Some(task) => task.await.map_err(|e| RelayError::State(format!("binlog reader task failed: {e}")))?,
-        None => Ok(()),
-    };
-    sweeper_task.await.map_err(|e| RelayError::State(format!("sweep task failed: {e}")))?;
-    sent_writer.await.map_err(|e| RelayError::State(format!("status writer task failed: {e}")))?;
-    release_claims(&claims).await;
-    coordinated?;
-    read.map_err(RelayError::from)
+    supervisor.spawn("coordinator", coordinator.run(Inputs { source: source_rx, reports: reports_rx }));
+    Ok(())
+}
+
+/// A task that cannot fail, as a supervised one.
+async fn ok(task: impl std::future::Future<Output = ()>) -> Result<(), RelayError> {
+    task.await;
+    Ok(())
+}
+
+fn reader_settings(config: &Config, outbox: &OutboxTable, flavor: Flavor) -> Result<ReaderSettings, RelayError> {
+    let source = config.source()?;
+    Ok(ReaderSettings {
+        url: source.url.clone(),
+        server_id: source.server_id,
+        heartbeat: Duration::from_millis(source.heartbeat_ms),
+        schema: outbox.schema.clone(),
+        table: outbox.table.clone(),
+        flavor,
+        reconnect: Backoff::new(Duration::from_millis(200), Duration::from_secs(10)),
+        part_events: (config.lanes.max_in_flight / 2).max(1),
+    })
 }
 
 /// Claimed rows this process did not finish go back to PENDING for the next sweeper.

@@ -18,7 +18,7 @@ use crate::checkpoint::{Checkpoint, CheckpointStore};
 use crate::config::Config;
 use crate::db::{self, DbError};
 use crate::source::binlog::{self, ColumnMap, ServerInfo, Start, StartKind};
-use crate::store::OutboxTable;
+use outbox_kit::OutboxTable;
 
 /// The checked source and where its reader starts.
 pub struct BinlogStart {
@@ -62,7 +62,7 @@ async fn start_checkpoint(
     if let Some(saved) = &saved {
         for (topic, pinned) in &saved.queue_counts {
             if let Some(&wanted) = configured.get(topic).filter(|&&wanted| wanted != *pinned) {
-                return Err(RelayError::State(format!(
+                return Err(RelayError::Environment(format!(
                     "rocketmq.topics.{topic}.queue_count is {wanted} but the checkpoint pinned {pinned}: changing it would move keys to other queues and break their order; restore {pinned}, or drain the topic and delete the checkpoint"
                 )));
             }

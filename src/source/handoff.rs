@@ -1,49 +1,90 @@
-//! The way into the pipeline, shared by the binlog reader and the sweep.
+//! The way into the pipeline, shared by the binlog reader and the sweep, and the
+//! in-flight budget that bounds the relay's memory.
 //!
-//! A batch first takes one in-flight permit per event (at most the whole budget, so a
-//! batch larger than the budget waits for an empty pipeline instead of forever), then
-//! goes to the coordinator, which gives the permits back once the batch and every
-//! earlier one are acknowledged. Waiting for permits is the backpressure that bounds
-//! the relay's memory: a source that cannot hand on stops reading.
+//! A batch first takes its share of the budget, one permit per event and one per
+//! payload byte (never more than the whole budget, so a batch larger than the budget
+//! waits for an empty pipeline instead of forever), then goes to the coordinator. The
+//! share travels with the batch as an [`InFlight`] value that the ack tracker holds
+//! until the batch and every earlier one are acknowledged; dropping it gives the
+//! permits back. Waiting for permits is the backpressure: a source that cannot hand
+//! on stops reading, however large the transactions or the backlog.
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::SourceTx;
+
+/// Bytes counted per event besides its payload (ids, key, topic, bookkeeping).
+const EVENT_OVERHEAD_BYTES: usize = 256;
 
 /// The pipeline stopped (shutdown or a fatal error elsewhere).
 #[derive(Debug, thiserror::Error)]
 #[error("the relay pipeline has stopped")]
 pub struct PipelineClosed;
 
+/// Limits on what may be read but not yet acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub events: usize,
+    pub bytes: usize,
+}
+
+/// A batch's share of the budget; given back when dropped.
+#[derive(Debug)]
+pub struct InFlight {
+    _events: Option<OwnedSemaphorePermit>,
+    _bytes: Option<OwnedSemaphorePermit>,
+}
+
+/// A batch admitted into the pipeline, with the budget it holds.
+#[derive(Debug)]
+pub struct Admitted {
+    pub tx: SourceTx,
+    pub in_flight: InFlight,
+}
+
 /// Hands batches to the coordinator under the in-flight budget.
 #[derive(Clone)]
 pub struct Handoff {
-    permits: Arc<Semaphore>,
-    max_in_flight: usize,
-    output: mpsc::Sender<SourceTx>,
+    events: Arc<Semaphore>,
+    bytes: Arc<Semaphore>,
+    budget: Budget,
+    output: mpsc::Sender<Admitted>,
 }
 
 impl Handoff {
-    pub fn new(permits: Arc<Semaphore>, max_in_flight: usize, output: mpsc::Sender<SourceTx>) -> Self {
-        Self { permits, max_in_flight, output }
-    }
-
-    /// Permits a batch of `events` events holds: one per event, at most `max_in_flight`.
-    pub fn permits_for(events: usize, max_in_flight: usize) -> usize {
-        events.min(max_in_flight)
-    }
-
-    /// Waits for the batch's permits, then hands it on.
-    pub async fn send(&self, tx: SourceTx) -> Result<(), PipelineClosed> {
-        let wanted = Self::permits_for(tx.events.len(), self.max_in_flight);
-        let count = u32::try_from(wanted).unwrap_or(u32::MAX);
-        if count > 0 {
-            self.permits.acquire_many(count).await.map_err(|_| PipelineClosed)?.forget();
+    pub fn new(budget: Budget, output: mpsc::Sender<Admitted>) -> Self {
+        Self {
+            events: Arc::new(Semaphore::new(budget.events)),
+            bytes: Arc::new(Semaphore::new(budget.bytes)),
+            budget,
+            output,
         }
-        self.output.send(tx).await.map_err(|_| PipelineClosed)
     }
+
+    /// Waits for the batch's share of the budget, then hands it on.
+    pub async fn send(&self, tx: SourceTx) -> Result<(), PipelineClosed> {
+        let bytes = tx.events.iter().map(|e| e.payload.len() + EVENT_OVERHEAD_BYTES).sum();
+        let in_flight = InFlight {
+            _events: take(&self.events, tx.events.len(), self.budget.events).await?,
+            _bytes: take(&self.bytes, bytes, self.budget.bytes).await?,
+        };
+        self.output.send(Admitted { tx, in_flight }).await.map_err(|_| PipelineClosed)
+    }
+}
+
+/// `wanted` permits of `semaphore`, at most `limit` (its size); none for zero.
+async fn take(
+    semaphore: &Arc<Semaphore>,
+    wanted: usize,
+    limit: usize,
+) -> Result<Option<OwnedSemaphorePermit>, PipelineClosed> {
+    let count = u32::try_from(wanted.min(limit)).unwrap_or(u32::MAX);
+    if count == 0 {
+        return Ok(None);
+    }
+    Arc::clone(semaphore).acquire_many_owned(count).await.map(Some).map_err(|_| PipelineClosed)
 }
 
 #[cfg(test)]
@@ -56,42 +97,58 @@ mod tests {
     use crate::event::OutboxEvent;
     use crate::source::Origin;
 
-    fn swept(n: u64) -> SourceTx {
+    fn swept(n: u64, payload_bytes: usize) -> SourceTx {
         let event = |id: u64| OutboxEvent {
             id,
             event_id: format!("e{id}"),
             biz_key: "k".into(),
             topic: "t".into(),
-            payload: Bytes::new(),
+            payload: Bytes::from(vec![b'x'; payload_bytes]),
         };
         SourceTx { events: (0..n).map(event).collect(), origin: Origin::Sweep { retry_counts: vec![0; n as usize] } }
     }
 
-    #[test]
-    fn a_batch_never_needs_more_than_the_whole_budget() {
-        assert_eq!(Handoff::permits_for(3, 10), 3);
-        assert_eq!(Handoff::permits_for(10_000, 20), 20);
-        assert_eq!(Handoff::permits_for(0, 20), 0);
-    }
-
-    #[tokio::test]
-    async fn a_full_budget_holds_the_next_batch_back_until_permits_return() {
-        let permits = Arc::new(Semaphore::new(2));
-        let (output, mut input) = mpsc::channel(8);
-        let handoff = Handoff::new(Arc::clone(&permits), 2, output);
-        handoff.send(swept(2)).await.expect("a batch within the budget goes at once");
+    async fn blocked(handoff: &Handoff, tx: SourceTx) -> tokio::task::JoinHandle<Result<(), PipelineClosed>> {
         let mut waiting = tokio::spawn({
             let handoff = handoff.clone();
-            async move { handoff.send(swept(1)).await }
+            async move { handoff.send(tx).await }
         });
         assert!(
             tokio::time::timeout(Duration::from_millis(100), &mut waiting).await.is_err(),
             "the budget is spent: the next batch must wait"
         );
-        permits.add_permits(2);
-        let sent = waiting.await.expect("task");
-        assert!(sent.is_ok(), "permits came back: the batch goes");
-        assert_eq!(input.recv().await.map(|tx| tx.events.len()), Some(2));
-        assert_eq!(input.recv().await.map(|tx| tx.events.len()), Some(1));
+        waiting
+    }
+
+    #[tokio::test]
+    async fn a_full_event_budget_holds_the_next_batch_until_the_first_is_dropped() {
+        let (output, mut input) = mpsc::channel(8);
+        let handoff = Handoff::new(Budget { events: 2, bytes: 1 << 20 }, output);
+        handoff.send(swept(2, 10)).await.expect("a batch within the budget goes at once");
+        let first = input.recv().await.expect("first batch");
+        assert_eq!(handoff.events.available_permits(), 0, "the batch holds the whole event budget");
+        let waiting = blocked(&handoff, swept(1, 10)).await;
+        drop(first);
+        assert!(waiting.await.expect("task").is_ok(), "the first batch's permits came back: the next goes");
+        assert_eq!(input.recv().await.map(|a| a.tx.events.len()), Some(1));
+    }
+
+    #[tokio::test]
+    async fn large_payloads_are_bounded_by_bytes_not_only_by_count() {
+        let (output, mut input) = mpsc::channel(8);
+        let handoff = Handoff::new(Budget { events: 1_000, bytes: 10_000 }, output);
+        handoff.send(swept(1, 6_000)).await.expect("fits");
+        let first = input.recv().await.expect("first");
+        let waiting = blocked(&handoff, swept(1, 6_000)).await;
+        drop(first);
+        assert!(waiting.await.expect("task").is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_batch_larger_than_the_budget_takes_the_whole_budget_instead_of_waiting_forever() {
+        let (output, mut input) = mpsc::channel(8);
+        let handoff = Handoff::new(Budget { events: 5, bytes: 1_000 }, output);
+        handoff.send(swept(50, 100)).await.expect("a huge batch goes when the pipeline is empty");
+        assert_eq!(input.recv().await.map(|a| a.tx.events.len()), Some(50));
     }
 }

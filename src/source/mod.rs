@@ -1,13 +1,16 @@
-//! Where outbox events come from: the binlog path (the fast path) and the polling
-//! sweep (the fallback, and the whole relay in poll mode). Both hand on batches of
-//! committed rows through one [`Handoff`], which bounds what is in flight.
+//! Where outbox events come from: the binlog path ([`binlog`], the fast path) and
+//! the polling [`sweep`] (the fallback, and the whole relay in poll mode). Both hand
+//! on batches of committed rows through one [`Handoff`], which bounds what is in
+//! flight. The binlog path's progress is a [`BinlogPosition`].
 
 pub mod binlog;
 mod handoff;
+mod position;
+pub mod sweep;
 
-pub use handoff::{Handoff, PipelineClosed};
+pub use handoff::{Admitted, Budget, Handoff, InFlight, PipelineClosed};
+pub use position::BinlogPosition;
 
-use crate::checkpoint::BinlogPosition;
 use crate::event::OutboxEvent;
 
 /// One batch for the pipeline: a committed source transaction, or rows the sweep claimed.

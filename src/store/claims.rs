@@ -17,12 +17,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use mysql_async::prelude::Queryable;
 use mysql_async::{IsolationLevel, Params, Pool, Row, TxOpts, Value};
-use serde::{Deserialize, Serialize};
 
-use super::{has_claim_index, OutboxTable, CLAIM_INDEX};
+use outbox_kit::{truncate_utf8, OutboxTable};
+
+use super::{has_claim_index, CLAIM_INDEX, PENDING, SENDING};
+use crate::config::ClaimMethod;
 use crate::event::OutboxEvent;
-use crate::source::{Origin, SourceTx};
-use crate::text::truncate_utf8;
 
 /// What a claim reads of each row.
 const SELECTED_COLUMNS: &str = "id, event_id, biz_key, topic, payload, retry_count";
@@ -31,35 +31,12 @@ const LAST_ERROR_MAX: usize = 1024;
 /// Deadlock and lock wait timeout: a row another sweeper is claiming at the same moment.
 const LOCK_CONFLICTS: [u16; 2] = [1213, 1205];
 
-/// How rows are claimed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ClaimMethod {
-    /// `FOR UPDATE SKIP LOCKED` when the server has it, else optimistic.
-    Auto,
-    SkipLocked,
-    Optimistic,
-}
-
-impl ClaimMethod {
-    /// The method for a server reporting `version` (`SELECT VERSION()`).
-    pub fn for_server(self, version: &str) -> ClaimMethod {
-        if self != ClaimMethod::Auto {
-            return self;
-        }
-        // MariaDB before 11 may prefix its version with "5.5.5-" for old clients.
-        let version = version.strip_prefix("5.5.5-").unwrap_or(version);
-        let mut numbers = version.split(|c: char| !c.is_ascii_digit()).map(|n| n.parse::<u32>().unwrap_or(0));
-        let (major, minor, patch) =
-            (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
-        let has_skip_locked =
-            if version.contains("MariaDB") { (major, minor) >= (10, 6) } else { (major, minor, patch) >= (8, 0, 1) };
-        if has_skip_locked {
-            ClaimMethod::SkipLocked
-        } else {
-            ClaimMethod::Optimistic
-        }
-    }
+/// Rows one claim took, in id order, each with its failures so far.
+#[derive(Debug, Default)]
+pub struct Claimed {
+    pub events: Vec<OutboxEvent>,
+    /// `retry_counts[i]` is `events[i]`'s `retry_count`.
+    pub retry_counts: Vec<u32>,
 }
 
 /// Which rows a claim may take, by `created_at` (see `sweep::watermark`).
@@ -134,11 +111,11 @@ impl ClaimStore {
     }
 
     /// Claims up to `limit` due PENDING rows within `cutoff`, in id order, as one batch.
-    pub async fn claim(&self, limit: usize, cutoff: Cutoff) -> Result<SourceTx, mysql_async::Error> {
+    pub async fn claim(&self, limit: usize, cutoff: Cutoff) -> Result<Claimed, mysql_async::Error> {
         let (condition, parameter) = cutoff.condition();
         let select = format!(
             "SELECT {SELECTED_COLUMNS} FROM {} {} \
-             WHERE status = 0 AND next_retry_at <= NOW(3){condition} ORDER BY id LIMIT {limit}",
+             WHERE status = {PENDING} AND next_retry_at <= NOW(3){condition} ORDER BY id LIMIT {limit}",
             self.outbox.qualified(),
             self.index_hint
         );
@@ -154,7 +131,7 @@ impl ClaimStore {
             events.push(event);
             retry_counts.push(retry_count);
         }
-        Ok(SourceTx { events, origin: Origin::Sweep { retry_counts } })
+        Ok(Claimed { events, retry_counts })
     }
 
     async fn claim_locked(&self, select: &str, params: Params) -> Result<Vec<Row>, mysql_async::Error> {
@@ -177,7 +154,7 @@ impl ClaimStore {
         if !rows.is_empty() {
             let ids: Vec<u64> = rows.iter().filter_map(|r| r.get::<u64, _>(0)).collect();
             let sql = format!(
-                "UPDATE {} SET status = 1, owner = ?, lease_until = NOW(3) + INTERVAL ? MICROSECOND WHERE id IN ({})",
+                "UPDATE {} SET status = {SENDING}, owner = ?, lease_until = NOW(3) + INTERVAL ? MICROSECOND WHERE id IN ({})",
                 self.outbox.qualified(),
                 placeholders(ids.len())
             );
@@ -193,8 +170,8 @@ impl ClaimStore {
         let mut conn = self.pool.get_conn().await?;
         let candidates: Vec<Row> = conn.exec(select, params).await?;
         let sql = format!(
-            "UPDATE {} SET status = 1, owner = ?, lease_until = NOW(3) + INTERVAL ? MICROSECOND \
-             WHERE id = ? AND status = 0 AND next_retry_at <= NOW(3)",
+            "UPDATE {} SET status = {SENDING}, owner = ?, lease_until = NOW(3) + INTERVAL ? MICROSECOND \
+             WHERE id = ? AND status = {PENDING} AND next_retry_at <= NOW(3)",
             self.outbox.qualified()
         );
         let mut claimed = Vec::with_capacity(candidates.len());
@@ -220,7 +197,7 @@ impl ClaimStore {
     /// stalled; a stalled one may still send them: a duplicate, never a loss). Returns how many.
     pub async fn reclaim_expired(&self) -> Result<u64, mysql_async::Error> {
         let sql = format!(
-            "UPDATE {} SET status = 0, owner = NULL, lease_until = NULL WHERE status = 1 AND lease_until < NOW(3)",
+            "UPDATE {} SET status = {PENDING}, owner = NULL, lease_until = NULL WHERE status = {SENDING} AND lease_until < NOW(3)",
             self.outbox.qualified()
         );
         let mut conn = self.pool.get_conn().await?;
@@ -231,7 +208,7 @@ impl ClaimStore {
     /// Our SENDING rows go back to PENDING (at shutdown: whatever was not reported).
     pub async fn release_own(&self) -> Result<u64, mysql_async::Error> {
         let sql = format!(
-            "UPDATE {} SET status = 0, owner = NULL, lease_until = NULL WHERE status = 1 AND owner = ?",
+            "UPDATE {} SET status = {PENDING}, owner = NULL, lease_until = NULL WHERE status = {SENDING} AND owner = ?",
             self.outbox.qualified()
         );
         let mut conn = self.pool.get_conn().await?;
@@ -246,9 +223,9 @@ impl ClaimStore {
             return Ok(0);
         }
         let sql = format!(
-            "UPDATE {} SET status = 0, retry_count = retry_count + 1, \
+            "UPDATE {} SET status = {PENDING}, retry_count = retry_count + 1, \
              next_retry_at = NOW(3) + INTERVAL ? MICROSECOND, last_error = ?, owner = NULL, lease_until = NULL \
-             WHERE id IN ({}) AND status = 1 AND owner = ?",
+             WHERE id IN ({}) AND status = {SENDING} AND owner = ?",
             self.outbox.qualified(),
             placeholders(ids.len())
         );
@@ -301,7 +278,7 @@ fn micros(duration: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{in_key_order, ClaimMethod};
+    use super::in_key_order;
 
     #[test]
     fn a_key_whose_earlier_row_is_locked_elsewhere_waits_for_it() {
@@ -310,19 +287,5 @@ mod tests {
         let locked = rows(&[(1, "a"), (3, "a"), (4, "c"), (5, "b")]);
         assert_eq!(in_key_order(&locked, &visible), [true, true, true, false], "b's row 2 was skipped: 5 waits");
         assert_eq!(in_key_order(&locked[..2], &visible[..1]), [true, true], "rows newer than the read are fine");
-    }
-
-    #[test]
-    fn skip_locked_from_mysql_8_0_1_and_mariadb_10_6() {
-        let auto = |v: &str| ClaimMethod::Auto.for_server(v);
-        assert_eq!(auto("10.11.6-MariaDB-0+deb12u1-log"), ClaimMethod::SkipLocked);
-        assert_eq!(auto("10.6.0-MariaDB"), ClaimMethod::SkipLocked);
-        assert_eq!(auto("10.5.22-MariaDB"), ClaimMethod::Optimistic);
-        assert_eq!(auto("5.5.5-10.4.1-MariaDB"), ClaimMethod::Optimistic, "the 5.5.5- prefix is not the version");
-        assert_eq!(auto("5.5.5-10.6.1-MariaDB"), ClaimMethod::SkipLocked);
-        assert_eq!(auto("8.0.36"), ClaimMethod::SkipLocked);
-        assert_eq!(auto("8.0.0-dmr"), ClaimMethod::Optimistic);
-        assert_eq!(auto("5.7.44-log"), ClaimMethod::Optimistic);
-        assert_eq!(ClaimMethod::Optimistic.for_server("8.4.0"), ClaimMethod::Optimistic, "configured wins");
     }
 }

@@ -10,20 +10,7 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Pool;
-
-/// The configured outbox table, quoted for SQL.
-#[derive(Debug, Clone)]
-pub struct OutboxTable {
-    pub schema: String,
-    pub table: String,
-}
-
-impl OutboxTable {
-    /// `` `schema`.`table` `` (names are validated identifiers, see `config::validate`).
-    pub fn qualified(&self) -> String {
-        format!("`{}`.`{}`", self.schema, self.table)
-    }
-}
+use outbox_kit::OutboxTable;
 
 /// What `migrate` did.
 #[derive(Debug, Default, PartialEq, Eq)]

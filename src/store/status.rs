@@ -11,8 +11,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Pool, Value};
 
-use super::OutboxTable;
-use crate::text::truncate_utf8;
+use outbox_kit::{truncate_utf8, OutboxTable};
+
+use super::{FAILED, PENDING, SENT};
 
 /// `last_error` column width.
 const LAST_ERROR_MAX: usize = 1024;
@@ -49,8 +50,8 @@ impl StatusStore {
             .collect();
         let sql = format!(
             "UPDATE {} o JOIN ({}) v ON o.id = v.id \
-             SET o.status = 2, o.msg_id = v.msg_id, o.sent_at = FROM_UNIXTIME(v.sent_at), o.owner = NULL, \
-             o.lease_until = NULL WHERE o.status <> 2",
+             SET o.status = {SENT}, o.msg_id = v.msg_id, o.sent_at = FROM_UNIXTIME(v.sent_at), o.owner = NULL, \
+             o.lease_until = NULL WHERE o.status <> {SENT}",
             self.outbox.qualified(),
             derived.join(" UNION ALL ")
         );
@@ -68,7 +69,7 @@ impl StatusStore {
         let mut conn = self.pool.get_conn().await?;
         let row: Option<(u64, Option<i64>)> = conn
             .query_first(format!(
-                "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(3)) FROM {} WHERE status = 0",
+                "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(3)) FROM {} WHERE status = {PENDING}",
                 self.outbox.qualified()
             ))
             .await?;
@@ -83,8 +84,8 @@ impl StatusStore {
         }
         let placeholders = vec!["?"; ids.len()].join(",");
         let sql = format!(
-            "UPDATE {} SET status = 3, last_error = ?, retry_count = retry_count + 1, owner = NULL, lease_until = NULL \
-             WHERE id IN ({placeholders}) AND status <> 2",
+            "UPDATE {} SET status = {FAILED}, last_error = ?, retry_count = retry_count + 1, owner = NULL, lease_until = NULL \
+             WHERE id IN ({placeholders}) AND status <> {SENT}",
             self.outbox.qualified()
         );
         let mut params = vec![Value::from(truncate_utf8(reason, LAST_ERROR_MAX))];

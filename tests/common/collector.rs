@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use outbox_relay::consumer::{Ack, Delivery, StartFrom, Subscription};
+use outbox_kit::consumer::{Ack, Delivery, StartFrom, Subscription};
 
 /// A started consumer and the deliveries it has seen so far.
 pub struct Collector {

@@ -4,9 +4,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use outbox_kit::consumer::Delivery as Received;
 use outbox_relay::config::HashFunction;
-use outbox_relay::consumer::Delivery as Received;
-use outbox_relay::route::queue_for;
+use outbox_relay::relay::route::queue_for;
 
 use super::collector::Collector;
 use super::outbox::{Row, TestOutbox};

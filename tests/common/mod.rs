@@ -39,8 +39,8 @@ impl Stack {
     }
 
     /// A started producer in a fresh group `{group}_...` (tests check and send with it).
-    pub async fn producer(&self, group: &str) -> outbox_relay::publish::rocketmq::Producer {
-        outbox_relay::publish::rocketmq::Producer::start(outbox_relay::publish::rocketmq::ProducerSettings {
+    pub async fn producer(&self, group: &str) -> outbox_relay::rocketmq::Producer {
+        outbox_relay::rocketmq::Producer::start(outbox_relay::rocketmq::ProducerSettings {
             namesrv: self.namesrv.clone(),
             group: unique(group),
             send_timeout: Duration::from_secs(5),
@@ -83,7 +83,4 @@ pub async fn fresh_topic(stack: &Stack) -> String {
     topic
 }
 
-/// A name unique to this test run, for schemas, groups and event ids.
-pub fn unique(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
-}
+pub use outbox_test_support::unique;

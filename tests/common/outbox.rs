@@ -4,18 +4,13 @@
 use std::collections::HashMap;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Params, Pool, Value};
-use outbox_relay::store::{migrate, OutboxTable};
+use mysql_async::Pool;
+use outbox_kit::OutboxTable;
+use outbox_relay::store::migrate;
+use outbox_test_support::rows::insert_sql;
+pub use outbox_test_support::rows::Row;
 
 use super::{unique, Stack};
-
-/// One row to insert: event_id, biz_key, topic, payload.
-pub struct Row {
-    pub event_id: String,
-    pub biz_key: String,
-    pub topic: String,
-    pub payload: String,
-}
 
 /// A fresh outbox table and a root pool on it.
 pub struct TestOutbox {
@@ -49,7 +44,7 @@ impl TestOutbox {
         let mut conn = self.pool.get_conn().await.expect("conn");
         let mut tx = conn.start_transaction(Default::default()).await.expect("begin");
         for chunk in rows.chunks(1_000) {
-            let (sql, params) = self.insert_sql(chunk);
+            let (sql, params) = insert_sql(&self.table, chunk.iter().cloned());
             tx.exec_drop(sql, params).await.expect("insert outbox rows");
         }
         if commit {
@@ -57,24 +52,6 @@ impl TestOutbox {
         } else {
             tx.rollback().await.expect("rollback");
         }
-    }
-
-    /// A multi-row INSERT statement for `rows`.
-    pub fn insert_sql(&self, rows: &[Row]) -> (String, Params) {
-        let values = vec!["(?, ?, ?, ?)"; rows.len()].join(", ");
-        let sql = format!("INSERT INTO {} (event_id, biz_key, topic, payload) VALUES {values}", self.table.qualified());
-        let params: Vec<Value> = rows
-            .iter()
-            .flat_map(|r| {
-                [
-                    r.event_id.as_str().into(),
-                    r.biz_key.as_str().into(),
-                    r.topic.as_str().into(),
-                    r.payload.as_str().into(),
-                ]
-            })
-            .collect();
-        (sql, Params::Positional(params))
     }
 
     /// event_id -> (status, msg_id) of every row.

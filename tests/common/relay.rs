@@ -1,13 +1,16 @@
 //! The relay binary as a child process, configured for one test: its own outbox
 //! table, checkpoint directory and replica server_id, so tests can run side by side.
+//! A thin layer over `outbox_test_support::relay` that fails the test on any error.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+use outbox_test_support::relay::RelayProcess as Child;
 
 use super::{unique, Stack};
 
 /// Settings a test may change; the rest comes from config/relay.toml.
+#[derive(Clone)]
 pub struct RelayOptions {
     pub table: String,
     pub checkpoint_dir: PathBuf,
@@ -29,134 +32,90 @@ impl RelayOptions {
         self.extra_env.push((key.to_owned(), value.to_string()));
         self
     }
+
+    /// Every variable the relay gets: the stack's addresses, then the test's own.
+    fn environment(&self, stack: &Stack) -> Vec<(String, String)> {
+        let server_id = 100_000 + (uuid::Uuid::now_v7().as_u128() % 1_000_000_000) as u32;
+        let mut env: Vec<(String, String)> = Vec::new();
+        let mut set = |key: &str, value: String| env.push((key.to_owned(), value));
+        if self.source {
+            set("OUTBOX_RELAY__SOURCE__URL", stack.repl_url.clone());
+            set("OUTBOX_RELAY__SOURCE__SERVER_ID", server_id.to_string());
+        }
+        set("OUTBOX_RELAY__PRIMARY__URL", stack.writer_url.clone());
+        set("OUTBOX_RELAY__ROCKETMQ__NAMESRV", stack.namesrv.clone());
+        set("OUTBOX_RELAY__OUTBOX__TABLE", self.table.clone());
+        set("OUTBOX_RELAY__CHECKPOINT__PATH", self.checkpoint_dir.display().to_string());
+        set("OUTBOX_RELAY__CHECKPOINT__INTERVAL_MS", "100".into());
+        set("OUTBOX_RELAY__RETRY__BACKOFF_INITIAL_MS", "200".into());
+        set("OUTBOX_RELAY__RETRY__BACKOFF_MAX_MS", "2000".into());
+        set("OUTBOX_RELAY__ROCKETMQ__PRODUCER_GROUP", unique("relay"));
+        env.extend(self.extra_env.iter().cloned());
+        env
+    }
 }
 
 /// A running `outbox-relay run`.
-pub struct RelayProcess {
-    child: Child,
-    pub log: PathBuf,
-}
+pub struct RelayProcess(Child);
 
 impl RelayProcess {
     pub fn start(stack: &Stack, options: &RelayOptions) -> Self {
         let log = std::env::temp_dir().join(format!("{}.log", unique("relay")));
-        let log_file = std::fs::File::create(&log).expect("relay log file");
-        let server_id = 100_000 + (uuid::Uuid::now_v7().as_u128() % 1_000_000_000) as u32;
         let example = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/config/relay.toml"));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_outbox-relay"));
-        command.arg("run").arg("--config").arg(options.config.as_ref().unwrap_or(&example));
-        if options.source {
-            command
-                .env("OUTBOX_RELAY__SOURCE__URL", &stack.repl_url)
-                .env("OUTBOX_RELAY__SOURCE__SERVER_ID", server_id.to_string());
-        }
-        command
-            .env("OUTBOX_RELAY__PRIMARY__URL", &stack.writer_url)
-            .env("OUTBOX_RELAY__ROCKETMQ__NAMESRV", &stack.namesrv)
-            .env("OUTBOX_RELAY__OUTBOX__TABLE", &options.table)
-            .env("OUTBOX_RELAY__CHECKPOINT__PATH", &options.checkpoint_dir)
-            .env("OUTBOX_RELAY__CHECKPOINT__INTERVAL_MS", "100")
-            .env("OUTBOX_RELAY__HTTP__LISTEN", "127.0.0.1:0")
-            .env("OUTBOX_RELAY__RETRY__BACKOFF_INITIAL_MS", "200")
-            .env("OUTBOX_RELAY__RETRY__BACKOFF_MAX_MS", "2000")
-            .env("OUTBOX_RELAY__ROCKETMQ__PRODUCER_GROUP", unique("relay"))
-            .env("NO_COLOR", "1")
-            .envs(options.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdout(Stdio::null())
-            .stderr(log_file);
-        let child = command.spawn().expect("spawn outbox-relay");
-        Self { child, log }
+        let config = options.config.as_ref().unwrap_or(&example);
+        let binary = PathBuf::from(env!("CARGO_BIN_EXE_outbox-relay"));
+        Self(Child::start(&binary, config, &options.environment(stack), &log).expect("start outbox-relay"))
     }
 
-    /// Waits until the relay logs that it is tailing the binlog (it saved its start
-    /// position before that), so rows written afterwards are the binlog path's.
-    pub async fn wait_tailing(&mut self) {
-        self.wait_log("tailing binlog").await;
+    /// Waits until `/readyz` answers 200: in binlog mode the reader streams (its start
+    /// position was saved before), so rows written afterwards are the binlog path's.
+    pub async fn wait_ready(&mut self) {
+        self.wait_readiness(true, Duration::from_secs(60)).await;
     }
 
-    /// Waits until the relay's log contains `text`; panics if it exits first.
-    pub async fn wait_log(&mut self, text: &str) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("poll relay") {
-                panic!("relay exited early ({status}):\n{}", self.log_text());
-            }
-            if self.log_text().contains(text) {
-                return;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "relay never logged {text:?}:\n{}", self.log_text());
-            tokio::time::sleep(Duration::from_millis(100)).await;
+    /// Waits until `/readyz` says `ready` (200) or not (503); returns the response.
+    pub async fn wait_readiness(&mut self, ready: bool, deadline: Duration) -> String {
+        match self.0.wait_readiness(ready, deadline).await {
+            Ok(response) => response,
+            Err(error) => panic!("{error:#}\n{}", self.log_text()),
         }
     }
 
     /// The value of counter or gauge `name` on the relay's /metrics.
     pub fn metric(&self, name: &str) -> f64 {
-        let body = self.http_get("/metrics");
-        body.lines()
-            .find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-            .and_then(|value| value.trim().parse().ok())
-            .unwrap_or_else(|| panic!("metric {name} not on /metrics:\n{body}"))
+        self.0.metric(name).unwrap_or_else(|e| panic!("{e:#}"))
     }
 
     /// The OS process id (for SIGSTOP/SIGKILL scenarios).
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.0.pid()
     }
 
-    /// Waits for the relay to exit on its own (a start-up error); its exit code.
+    /// Waits for the relay to exit on its own; its exit code.
     pub async fn wait_exit(&mut self, deadline: Duration) -> Option<i32> {
-        let until = tokio::time::Instant::now() + deadline;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("poll relay") {
-                return status.code();
-            }
-            assert!(
-                tokio::time::Instant::now() < until,
-                "relay still running after {deadline:?}:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        match self.0.wait_exit(deadline).await {
+            Ok(code) => code,
+            Err(error) => panic!("{error:#}\n{}", self.log_text()),
         }
     }
 
     /// SIGKILL: no drain, no final checkpoint.
     pub fn kill(mut self) {
-        self.child.kill().expect("kill relay");
-        self.child.wait().expect("reap relay");
+        self.0.kill().expect("kill relay");
     }
 
     /// SIGTERM and wait for a clean exit (drain + checkpoint); returns the exit code.
-    pub fn stop(mut self) -> Option<i32> {
-        let pid = self.child.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().expect("send SIGTERM");
-        self.child.wait().expect("wait relay").code()
+    pub fn stop(&mut self) -> Option<i32> {
+        self.0.terminate().expect("stop relay")
     }
 
-    /// GET `path` from the relay's metrics/health endpoint (its address is in the log).
+    /// GET `path` from the relay's metrics and health endpoint: the whole response.
     pub fn http_get(&self, path: &str) -> String {
-        use std::io::{Read, Write};
-        let log = self.log_text();
-        let address = log
-            .split("metrics on http://")
-            .nth(1)
-            .and_then(|rest| rest.split('/').next())
-            .unwrap_or_else(|| panic!("no metrics address in the relay log:\n{log}"));
-        let mut stream = std::net::TcpStream::connect(address).expect("connect to the metrics endpoint");
-        write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").expect("send request");
-        let mut response = String::new();
-        stream.read_to_string(&mut response).expect("read response");
-        response
+        self.0.get(path).unwrap_or_else(|e| panic!("GET {path}: {e}\n{}", self.log_text()))
     }
 
     /// The relay's log so far, for assertion messages.
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for RelayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.log_text()
     }
 }

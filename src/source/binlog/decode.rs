@@ -23,8 +23,8 @@ use mysql_async::Value;
 use super::columns::ColumnMap;
 use super::gtid::GtidState;
 use super::mariadb;
-use crate::checkpoint::BinlogPosition;
 use crate::event::OutboxEvent;
+use crate::source::BinlogPosition;
 use crate::source::SourceTx;
 
 /// What one event meant.

@@ -8,6 +8,12 @@
 //! reconnect neither loses nor repeats a transaction. Transactions go through the
 //! [`Handoff`]: when the pipeline is full it stops reading, which bounds memory.
 //!
+//! Errors a reconnect cannot fix by itself (a missing privilege, an event it cannot
+//! decode, a row that does not fit the column map) do not stop the relay and are not
+//! skipped: the reader reports them (log, `/readyz`), hands the sweep the whole
+//! table at once, and keeps trying at the reconnect backoff's cap until an operator
+//! fixes the cause; then it resumes from the last transaction it handed on.
+//!
 //! When the position can no longer be read (binlog purged, another server: error
 //! 1236) it neither stops forever nor skips: it counts and logs the loss, records
 //! the current position, has the sweep send every PENDING row committed so far,
@@ -35,27 +41,17 @@ pub use decode::{DecodeError, Decoded, Decoder};
 pub use gtid::GtidState;
 pub use preflight::{check as preflight, current_position, Flavor, PreflightError, ServerInfo};
 
-use super::{Handoff, Origin, SourceTx};
+use super::{BinlogPosition, Handoff, Origin, PipelineClosed, SourceTx};
 use crate::backoff::Backoff;
-use crate::checkpoint::BinlogPosition;
 use crate::config::DbUrl;
+use crate::db::DbError;
+use crate::health::{Health, Part};
 use crate::metrics::RelayMetrics;
-use crate::sweep::{FullSweep, Watermark};
+use crate::source::sweep::{FullSweep, Watermark};
 
 /// How long position-only progress (transactions without outbox rows) may wait
 /// before it is handed on, so the checkpoint follows an idle or busy-elsewhere source.
 const POSITION_FLUSH: Duration = Duration::from_millis(200);
-
-/// Why the binlog path stopped for good (a retry cannot help).
-#[derive(Debug, thiserror::Error)]
-pub enum SourceError {
-    #[error(transparent)]
-    Decode(#[from] DecodeError),
-    #[error(transparent)]
-    Columns(#[from] ColumnError),
-    #[error("source database: {0}")]
-    Fatal(String),
-}
 
 /// What the reader needs to know.
 #[derive(Debug, Clone)]
@@ -82,6 +78,8 @@ pub struct ReaderLinks {
     /// Connection state for the sweep's takeover.
     pub watermark: Arc<Watermark>,
     pub metrics: RelayMetrics,
+    /// Where the reader says whether it streams.
+    pub health: Health,
 }
 
 /// Where the reader starts.
@@ -114,15 +112,16 @@ impl Reader {
         Self { settings, links }
     }
 
-    /// Streams from `start` until `shutdown` or a fatal error, reconnecting as needed.
-    pub async fn run(self, start: Start, shutdown: CancellationToken) -> Result<(), SourceError> {
+    /// Streams from `start` until `shutdown` or until the pipeline closes,
+    /// reconnecting as needed. It never gives up on its own.
+    pub async fn run(self, start: Start, shutdown: CancellationToken) {
         tokio::select! {
-            result = self.serve(start) => result,
-            () = shutdown.cancelled() => Ok(()),
+            _ = self.serve(start) => {}
+            () = shutdown.cancelled() => {}
         }
     }
 
-    async fn serve(&self, start: Start) -> Result<(), SourceError> {
+    async fn serve(&self, start: Start) -> Result<(), PipelineClosed> {
         let mut position = start.position;
         match start.kind {
             StartKind::Resume => {}
@@ -131,40 +130,63 @@ impl Reader {
         }
         let mut failures = 0u32;
         loop {
-            let reason = match self.stream_from(&mut position, &mut failures).await {
-                Ok(()) => return Ok(()),
-                Err(Retry::Fatal(error)) => return Err(error),
-                Err(Retry::PositionLost(detail)) => {
+            let delay = match self.stream_from(&mut position, &mut failures).await {
+                Retry::Closed => return Err(PipelineClosed),
+                Retry::PositionLost(detail) => {
                     position = self.recover_lost_position(&position, &detail).await?;
                     continue;
                 }
-                Err(Retry::Again(reason)) => reason,
+                Retry::Again(reason) => self.connection_lost(&reason, &position, &mut failures),
+                Retry::Operator(reason) => self.needs_operator(&reason, &position),
             };
-            self.links.watermark.source_down();
-            failures += 1;
-            let delay = self.settings.reconnect.delay(failures);
-            tracing::warn!(%reason, file = %position.file, pos = position.pos, retry_in = ?delay, "binlog connection lost; reconnecting");
             tokio::time::sleep(delay).await;
         }
     }
 
+    /// A transient loss: reconnect with backoff; the sweep takes over if it lasts.
+    fn connection_lost(&self, reason: &str, position: &BinlogPosition, failures: &mut u32) -> Duration {
+        self.links.watermark.source_down();
+        self.links.health.problem(
+            Part::BinlogSource,
+            format!("binlog source {}: connection lost ({reason}); reconnecting", self.settings.url.address()),
+        );
+        *failures += 1;
+        let delay = self.settings.reconnect.delay(*failures);
+        tracing::warn!(%reason, file = %position.file, pos = position.pos, retry_in = ?delay, "binlog connection lost; reconnecting");
+        delay
+    }
+
+    /// A cause a reconnect cannot fix: the sweep takes over at once, the reader tries
+    /// again at the backoff's cap until someone fixes it.
+    fn needs_operator(&self, reason: &str, position: &BinlogPosition) -> Duration {
+        self.links.watermark.source_broken();
+        self.links.health.problem(Part::BinlogSource, format!("binlog source: {reason}"));
+        let delay = self.settings.reconnect.max;
+        tracing::error!(%reason, file = %position.file, pos = position.pos, retry_in = ?delay, "binlog path stopped: the sweep delivers every PENDING row older than sweep.grace_ms until it is fixed; nothing is skipped");
+        delay
+    }
+
     /// The saved position is gone: count it, take the current one, sweep everything
     /// committed so far, and resume at the current position.
-    async fn recover_lost_position(&self, lost: &BinlogPosition, detail: &str) -> Result<BinlogPosition, SourceError> {
-        let current = self.current_position().await?;
+    async fn recover_lost_position(
+        &self,
+        lost: &BinlogPosition,
+        detail: &str,
+    ) -> Result<BinlogPosition, PipelineClosed> {
+        let current = self.current_position().await;
         let reason = format!("the source cannot read binlog {}:{} any more (purged?): {detail}", lost.file, lost.pos);
         self.position_lost(reason, &current).await?;
         Ok(current)
     }
 
     /// Counts and reports a lost position, then sweeps and moves on to `resume_at`.
-    async fn position_lost(&self, reason: String, resume_at: &BinlogPosition) -> Result<(), SourceError> {
+    async fn position_lost(&self, reason: String, resume_at: &BinlogPosition) -> Result<(), PipelineClosed> {
         self.links.metrics.position_lost.inc();
         tracing::error!(%reason, file = %resume_at.file, pos = resume_at.pos, "binlog position lost: sweeping every PENDING row, then tailing from the current position; nothing is skipped");
         self.full_sweep(reason, resume_at).await
     }
 
-    async fn current_position(&self) -> Result<BinlogPosition, SourceError> {
+    async fn current_position(&self) -> BinlogPosition {
         let address = self.settings.url.address().to_owned();
         let mut failures = 0u32;
         loop {
@@ -175,7 +197,7 @@ impl Reader {
                 Err(error) => Err(error.to_string()),
             };
             match position {
-                Ok(position) => return Ok(position),
+                Ok(position) => return position,
                 Err(error) => {
                     failures += 1;
                     let delay = self.settings.reconnect.delay(failures);
@@ -188,17 +210,28 @@ impl Reader {
 
     /// Has the sweep hand on every row committed so far, then moves the checkpoint to
     /// `from` (where tailing starts) once everything before is acknowledged.
-    async fn full_sweep(&self, reason: String, from: &BinlogPosition) -> Result<(), SourceError> {
+    async fn full_sweep(&self, reason: String, from: &BinlogPosition) -> Result<(), PipelineClosed> {
         let (done, swept) = oneshot::channel();
-        let closed = || SourceError::Fatal("the sweep has stopped".into());
-        self.links.sweeps.send(FullSweep { reason, done }).await.map_err(|_| closed())?;
-        swept.await.map_err(|_| closed())?;
+        self.links.sweeps.send(FullSweep { reason, done }).await.map_err(|_| PipelineClosed)?;
+        swept.await.map_err(|_| PipelineClosed)?;
         let mut end = from.clone();
         end.commit_time = end.commit_time.or(Some(unix_now()));
-        self.links.handoff.send(SourceTx::binlog(Vec::new(), end)).await.map_err(|_| closed())
+        self.links.handoff.send(SourceTx::binlog(Vec::new(), end)).await
     }
 
-    async fn stream_from(&self, position: &mut BinlogPosition, failures: &mut u32) -> Result<(), Retry> {
+    /// Streams until something stops it; says how.
+    async fn stream_from(&self, position: &mut BinlogPosition, failures: &mut u32) -> Retry {
+        match self.stream(position, failures).await {
+            Ok(never) => match never {},
+            Err(retry) => retry,
+        }
+    }
+
+    async fn stream(
+        &self,
+        position: &mut BinlogPosition,
+        failures: &mut u32,
+    ) -> Result<std::convert::Infallible, Retry> {
         let mut stream = self.connect(position).await?;
         tracing::info!(file = %position.file, pos = position.pos, server_id = self.settings.server_id, "tailing binlog");
         let mut decoder = Decoder::new(
@@ -223,17 +256,18 @@ impl Reader {
                 streaming = true;
                 *failures = 0;
                 self.links.watermark.source_up();
+                self.links.health.clear(&Part::BinlogSource);
             }
             let tx = match decoder.handle(&event)? {
                 Decoded::NeedColumns => {
                     decoder.set_columns(self.load_columns().await?);
                     match decoder.handle(&event)? {
                         Decoded::NeedColumns => {
-                            return Err(Retry::Fatal(SourceError::Fatal(format!(
+                            return Err(Retry::Operator(format!(
                                 "the outbox table's column count changed again while reading {}:{}",
                                 position.file,
                                 event.header().log_pos()
-                            ))))
+                            )))
                         }
                         other => other,
                     }
@@ -271,7 +305,7 @@ impl Reader {
 
     async fn hand_on(&self, tx: SourceTx, position: &mut BinlogPosition) -> Result<(), Retry> {
         let end = tx.end().cloned();
-        self.links.handoff.send(tx).await.map_err(|e| Retry::Fatal(SourceError::Fatal(e.to_string())))?;
+        self.links.handoff.send(tx).await.map_err(|PipelineClosed| Retry::Closed)?;
         if let Some(end) = end {
             *position = end;
         }
@@ -279,9 +313,9 @@ impl Reader {
     }
 
     async fn connect(&self, position: &BinlogPosition) -> Result<BinlogStream, Retry> {
-        let opts =
-            Opts::from_url(self.settings.url.expose()).map_err(|e| Retry::Fatal(SourceError::Fatal(e.to_string())))?;
-        let mut conn = Conn::new(opts).await.map_err(|e| Retry::Again(e.to_string()))?;
+        let opts = Opts::from_url(self.settings.url.expose())
+            .map_err(|e| Retry::Operator(format!("source.url cannot be used: {e}")))?;
+        let mut conn = Conn::new(opts).await.map_err(|e| self.login_error(e))?;
         let heartbeat_ns = self.settings.heartbeat.as_nanos();
         conn.query_drop(format!("SET @master_heartbeat_period = {heartbeat_ns}"))
             .await
@@ -302,32 +336,50 @@ impl Reader {
         let map = ColumnMap::load(&mut conn, &self.settings.schema, &self.settings.table)
             .await
             .map_err(|e| Retry::Again(e.to_string()))?;
-        map.map_err(|e| Retry::Fatal(e.into()))
+        map.map_err(|e| Retry::Operator(e.to_string()))
+    }
+
+    /// A failed login: wrong credentials or a dropped database need a person; the
+    /// rest is a connection problem.
+    fn login_error(&self, error: mysql_async::Error) -> Retry {
+        match DbError::connect("source", &self.settings.url, error) {
+            DbError::Unreachable { reason, .. } => Retry::Again(reason),
+            other => Retry::Operator(other.to_string()),
+        }
     }
 
     fn stream_error(&self, error: mysql_async::Error) -> Retry {
         match &error {
             // ER_MASTER_FATAL_ERROR_READING_BINLOG: purged file, bad position, other server.
             mysql_async::Error::Server(e) if e.code == 1236 => Retry::PositionLost(e.message.clone()),
-            mysql_async::Error::Server(e) if e.code == 1227 || e.code == 1045 => Retry::Fatal(SourceError::Fatal(
-                format!("{error}; grant REPLICATION SLAVE, REPLICATION CLIENT ON *.* to the source user"),
-            )),
+            mysql_async::Error::Server(e) if e.code == 1227 || e.code == 1045 => {
+                let user = self.settings.url.user().unwrap_or_default();
+                Retry::Operator(format!(
+                    "REPLICATION SLAVE missing for '{user}' on {} (server: {}); fix: GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{user}'",
+                    self.settings.url.address(),
+                    e.message
+                ))
+            }
             _ => Retry::Again(error.to_string()),
         }
     }
 }
 
-/// A reconnectable failure, or the end of the road.
+/// How streaming stopped, which decides what the reader does next.
 enum Retry {
+    /// A connection problem: reconnect with backoff.
     Again(String),
     /// Error 1236: the position cannot be read any more.
     PositionLost(String),
-    Fatal(SourceError),
+    /// A cause only a person can fix (privilege, undecodable event, column map).
+    Operator(String),
+    /// The pipeline stopped: so does the reader.
+    Closed,
 }
 
 impl From<DecodeError> for Retry {
     fn from(error: DecodeError) -> Self {
-        Retry::Fatal(error.into())
+        Retry::Operator(error.to_string())
     }
 }
 

@@ -7,7 +7,7 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
-use crate::checkpoint::BinlogPosition;
+use crate::source::BinlogPosition;
 
 /// Which server family: they differ in GTIDs, compression and status statements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,54 @@
+//! `drain`: rows committed while the relay is stopped, then the relay started. Timed
+//! from "ready" (start-up checks done) until every row is SENT in the table and, in
+//! binlog mode, the mirrored checkpoint has reached the end of the binlog.
+
+use std::time::Duration;
+
+use crate::options::Mode;
+use crate::report::Measurement;
+use crate::rig::{until, Rig};
+
+/// The longest a drain may take before the run is called failed.
+const LIMIT: Duration = Duration::from_secs(1_800);
+
+pub async fn run_modes(rig: &Rig) -> anyhow::Result<Vec<Measurement>> {
+    let mut results = Vec::new();
+    for &mode in &rig.options.modes {
+        results.push(backlog(rig, mode, "drain", rig.options.events).await?);
+    }
+    Ok(results)
+}
+
+/// Commits `rows` rows with the relay stopped, then measures the drain.
+pub async fn backlog(rig: &Rig, mode: Mode, case: &'static str, rows: usize) -> anyhow::Result<Measurement> {
+    let table = rig.table().await?;
+    let workload = rig.workload(case).await?;
+    let checkpoint = rig.checkpoint_dir();
+    if mode == Mode::Binlog {
+        // A checkpoint from before the rows, so the binlog path reads every one of them.
+        let mut relay = rig.relay(mode, &table, &checkpoint)?;
+        relay.wait_ready().await?;
+        relay.stop()?;
+    }
+    rig.insert(&table, &workload, 0..rows, 1_000).await?;
+    let end = rig.binlog_end().await?;
+    let mut relay = rig.relay(mode, &table, &checkpoint)?;
+    let ready = relay.wait_ready().await?;
+    let send_ok = until("every row SEND_OK", LIMIT, || async {
+        Ok(relay.metric("relay_events_sent_total").unwrap_or(0.0) >= rows as f64)
+    })
+    .await?;
+    let mut done = until("every row SENT in the table", LIMIT, || async { Ok(rig.unsent(&table).await? == 0) }).await?;
+    if mode == Mode::Binlog {
+        done = until("the checkpoint at the end of the binlog", LIMIT, || async {
+            Ok(rig.mirrored_checkpoint(&table).await?.is_some_and(|at| at >= end))
+        })
+        .await?;
+    }
+    let mut measurement = Measurement::throughput(case, mode.name(), rows, (done - ready).as_secs_f64());
+    measurement.send_ok_seconds = Some((send_ok - ready).as_secs_f64());
+    measurement.peak_rss_mib = Some(relay.peak_rss_mib()?);
+    relay.stop()?;
+    rig.drop_table(&table).await?;
+    Ok(measurement)
+}

@@ -1,0 +1,79 @@
+//! `latency`: a fixed offered load of single-row transactions (`--rate` per second for
+//! `--seconds`), commit to SEND_OK per event. The commit time is taken by the writer
+//! when its COMMIT returns (fractional seconds); SEND_OK is the row's `sent_at`, which
+//! the relay records when the broker answers (millisecond resolution).
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use mysql_async::prelude::Queryable;
+
+use crate::options::Mode;
+use crate::report::{Measurement, Percentiles};
+use crate::rig::{until, Rig};
+
+/// Concurrent writer connections, so commits overlap as in an application.
+const WRITERS: usize = 8;
+
+pub async fn run_modes(rig: &Rig) -> anyhow::Result<Vec<Measurement>> {
+    let mut results = Vec::new();
+    for &mode in &rig.options.modes {
+        results.push(run(rig, mode).await?);
+    }
+    Ok(results)
+}
+
+async fn run(rig: &Rig, mode: Mode) -> anyhow::Result<Measurement> {
+    let table = rig.table().await?;
+    let workload = rig.workload("latency").await?;
+    let mut relay = rig.relay(mode, &table, &rig.checkpoint_dir())?;
+    relay.wait_ready().await?;
+    let total = (rig.options.rate * rig.options.seconds) as usize;
+    let interval = Duration::from_secs_f64(1.0 / rig.options.rate.max(1) as f64);
+    let start = tokio::time::Instant::now() + Duration::from_millis(200);
+    let mut writers = Vec::new();
+    for writer in 0..WRITERS {
+        let mut conn = rig.root.get_conn().await?;
+        let (table, workload) = (table.clone(), workload.clone());
+        writers.push(tokio::spawn(async move {
+            let mut commits = Vec::new();
+            for i in (writer..total).step_by(WRITERS) {
+                tokio::time::sleep_until(start + interval * i as u32).await;
+                Rig::insert_one(&mut conn, &table, &workload, i).await?;
+                commits.push((i, unix_seconds(SystemTime::now())));
+            }
+            anyhow::Ok(commits)
+        }));
+    }
+    let mut committed: HashMap<usize, f64> = HashMap::with_capacity(total);
+    for writer in writers {
+        committed.extend(writer.await.context("writer task")??);
+    }
+    until("every row SENT", Duration::from_secs(600), || async { Ok(rig.unsent(&table).await? == 0) }).await?;
+    let sent: Vec<(String, String)> = rig
+        .root
+        .get_conn()
+        .await?
+        .query(format!("SELECT event_id, CAST(UNIX_TIMESTAMP(sent_at) AS CHAR) FROM {}", table.qualified()))
+        .await?;
+    let latencies: Vec<f64> = sent
+        .iter()
+        .filter_map(|(event_id, at)| {
+            let i: usize = event_id.rsplit('-').next()?.parse().ok()?;
+            Some(((at.parse::<f64>().ok()? - committed.get(&i)?) * 1_000.0).max(0.0))
+        })
+        .collect();
+    let (first, last) = committed.values().fold((f64::MAX, f64::MIN), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+    let mut measurement = Measurement::throughput("latency", mode.name(), latencies.len(), last - first);
+    measurement.offered_per_s = Some(rig.options.rate as f64);
+    measurement.latency = Percentiles::of(latencies);
+    measurement.peak_rss_mib = Some(relay.peak_rss_mib()?);
+    relay.stop()?;
+    rig.drop_table(&table).await?;
+    Ok(measurement)
+}
+
+fn unix_seconds(at: SystemTime) -> f64 {
+    at.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}

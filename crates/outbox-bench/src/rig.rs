@@ -1,0 +1,251 @@
+//! The test rig: the stack's database and broker, fresh outbox tables and topics, fast
+//! bulk inserts, and relay processes (the real binary, so its memory is its own).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Params, Pool};
+use outbox_kit::OutboxTable;
+use outbox_relay::config::DbUrl;
+use outbox_relay::store::migrate;
+use outbox_test_support::relay::RelayProcess;
+use outbox_test_support::rows::{self, Row};
+pub use outbox_test_support::unique;
+
+use crate::options::{Mode, Options};
+use crate::workload::Workload;
+
+/// Rows per INSERT statement when filling a table.
+const INSERT_CHUNK: usize = 500;
+
+/// Connections and settings shared by every case.
+pub struct Rig {
+    pub options: Options,
+    pub root: Pool,
+    relay_bin: PathBuf,
+    scratch: PathBuf,
+}
+
+impl Rig {
+    pub async fn new(options: Options) -> anyhow::Result<Self> {
+        let root = outbox_relay::db::connect("bench", &DbUrl::new(&options.db_url), 8)
+            .await
+            .context("the local stack's database (start it: scripts/stack up)")?;
+        let relay_bin = match &options.relay {
+            Some(path) => path.clone(),
+            None => std::env::current_exe()?.with_file_name("outbox-relay"),
+        };
+        if !relay_bin.exists() {
+            bail!("relay binary {} not found (build it: cargo build --release --bins)", relay_bin.display());
+        }
+        let scratch = std::env::temp_dir().join(format!("outbox-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&scratch)?;
+        Ok(Self { options, root, relay_bin, scratch })
+    }
+
+    /// Machine and settings, for the report's header.
+    pub fn describe(&self) -> String {
+        let o = &self.options;
+        format!(
+            "run {:?}: {} events of {} B over {} keys, {} queues, batch {}, max_in_flight {}, extra relay env {:?}; relay {}",
+            o.label,
+            o.events,
+            o.body_bytes,
+            o.keys,
+            o.queues,
+            o.batch_size,
+            o.max_in_flight,
+            o.relay_env,
+            self.relay_bin.display()
+        )
+    }
+
+    /// A workload on a new topic.
+    pub async fn workload(&self, name: &str) -> anyhow::Result<Workload> {
+        let topic = unique(&format!("bench_{name}"));
+        outbox_relay::admin::create_topic(&self.options.namesrv, "DefaultCluster", &topic, self.options.queues)
+            .await
+            .with_context(|| format!("create topic {topic}"))?;
+        Ok(Workload { prefix: unique(name), topic, keys: self.options.keys, body_bytes: self.options.body_bytes })
+    }
+
+    /// A new, empty outbox table.
+    pub async fn table(&self) -> anyhow::Result<OutboxTable> {
+        let table = OutboxTable { schema: "app".into(), table: unique("bench") };
+        migrate(&self.root, &table).await.context("create the benchmark's outbox table")?;
+        Ok(table)
+    }
+
+    /// Drops a table (the 1M-row cases need the disk back).
+    pub async fn drop_table(&self, table: &OutboxTable) -> anyhow::Result<()> {
+        self.root.get_conn().await?.query_drop(format!("DROP TABLE {}", table.qualified())).await?;
+        Ok(())
+    }
+
+    /// Inserts events `range` of `workload`, `per_tx` rows per transaction.
+    pub async fn insert(
+        &self,
+        table: &OutboxTable,
+        workload: &Workload,
+        range: std::ops::Range<usize>,
+        per_tx: usize,
+    ) -> anyhow::Result<()> {
+        let mut conn = self.root.get_conn().await?;
+        let mut start = range.start;
+        while start < range.end {
+            let end = (start + per_tx).min(range.end);
+            let mut tx = conn.start_transaction(Default::default()).await?;
+            for chunk_start in (start..end).step_by(INSERT_CHUNK) {
+                let chunk = chunk_start..(chunk_start + INSERT_CHUNK).min(end);
+                let (sql, params) = insert_sql(table, workload, chunk);
+                tx.exec_drop(sql, params).await?;
+            }
+            tx.commit().await?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// One single-row autocommit INSERT; returns when it is committed.
+    pub async fn insert_one(
+        conn: &mut mysql_async::Conn,
+        table: &OutboxTable,
+        workload: &Workload,
+        i: usize,
+    ) -> anyhow::Result<()> {
+        let (sql, params) = insert_sql(table, workload, i..i + 1);
+        conn.exec_drop(sql, params).await?;
+        Ok(())
+    }
+
+    /// Rows of `table` not yet SENT.
+    pub async fn unsent(&self, table: &OutboxTable) -> anyhow::Result<u64> {
+        let count: Option<u64> = self
+            .root
+            .get_conn()
+            .await?
+            .query_first(format!("SELECT COUNT(*) FROM {} WHERE status <> 2", table.qualified()))
+            .await?;
+        Ok(count.unwrap_or(0))
+    }
+
+    /// The source's binlog position now (file, pos).
+    pub async fn binlog_end(&self) -> anyhow::Result<(String, u64)> {
+        let row: Option<mysql_async::Row> = self.root.get_conn().await?.query_first("SHOW MASTER STATUS").await?;
+        let row = row.context("binlog is off")?;
+        let file: String = row.get(0).context("binlog file")?;
+        let pos: u64 = row.get(1).context("binlog pos")?;
+        Ok((file, pos))
+    }
+
+    /// The relay's checkpoint for `table` as mirrored on the primary.
+    pub async fn mirrored_checkpoint(&self, table: &OutboxTable) -> anyhow::Result<Option<(String, u64)>> {
+        Ok(self
+            .root
+            .get_conn()
+            .await?
+            .exec_first(
+                "SELECT binlog_file, binlog_pos FROM app.outbox_relay_checkpoint WHERE source_id = ?",
+                (format!("{}.{}", table.schema, table.table),),
+            )
+            .await?)
+    }
+
+    /// Starts the relay in `mode` on `table`, with a checkpoint directory of its own.
+    pub fn relay(&self, mode: Mode, table: &OutboxTable, checkpoint: &Path) -> anyhow::Result<RelayChild> {
+        let o = &self.options;
+        let log = self.scratch.join(format!("{}.log", unique("relay")));
+        let server_id = 200_000 + (uuid::Uuid::now_v7().as_u128() % 1_000_000_000) as u32;
+        let config = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/relay.toml"));
+        let mut env: Vec<(String, String)> = [
+            ("MODE", mode.name().to_owned()),
+            ("SOURCE__URL", o.repl_url.clone()),
+            ("SOURCE__SERVER_ID", server_id.to_string()),
+            ("PRIMARY__URL", o.writer_url.clone()),
+            ("ROCKETMQ__NAMESRV", o.namesrv.clone()),
+            ("ROCKETMQ__PRODUCER_GROUP", unique("bench")),
+            ("OUTBOX__TABLE", table.table.clone()),
+            ("CHECKPOINT__PATH", checkpoint.display().to_string()),
+            ("LANES__BATCH_SIZE", o.batch_size.to_string()),
+            ("LANES__MAX_IN_FLIGHT", o.max_in_flight.to_string()),
+            ("LOG__LEVEL", "info,rocketmq_client_rust=warn,rocketmq_transport=warn,rocketmq_runtime=warn".to_owned()),
+        ]
+        .into_iter()
+        .map(|(key, value)| (format!("OUTBOX_RELAY__{key}"), value))
+        .collect();
+        env.extend(o.relay_env.iter().cloned());
+        Ok(RelayChild(RelayProcess::start(&self.relay_bin, config, &env, &log)?))
+    }
+
+    /// A fresh checkpoint directory.
+    pub fn checkpoint_dir(&self) -> PathBuf {
+        self.scratch.join(unique("checkpoint"))
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+/// A running relay process.
+pub struct RelayChild(RelayProcess);
+
+impl RelayChild {
+    /// Waits until `/readyz` answers 200 (in binlog mode: the reader streams); when.
+    pub async fn wait_ready(&mut self) -> anyhow::Result<Instant> {
+        self.0.wait_readiness(true, Duration::from_secs(300)).await?;
+        Ok(Instant::now())
+    }
+
+    /// A counter from /metrics.
+    pub fn metric(&self, name: &str) -> anyhow::Result<f64> {
+        self.0.metric(name)
+    }
+
+    /// Peak resident memory so far (VmHWM), MiB.
+    pub fn peak_rss_mib(&self) -> anyhow::Result<f64> {
+        self.0.peak_rss_mib()
+    }
+
+    /// SIGTERM and wait; an error when it does not exit 0.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        match self.0.terminate()? {
+            Some(0) => Ok(()),
+            code => bail!("the relay exited with {code:?}; log {}", self.0.log_path().display()),
+        }
+    }
+}
+
+fn insert_sql(table: &OutboxTable, workload: &Workload, range: std::ops::Range<usize>) -> (String, Params) {
+    rows::insert_sql(
+        table,
+        range.map(|i| Row {
+            event_id: workload.event_id(i),
+            biz_key: workload.biz_key(i),
+            topic: workload.topic.clone(),
+            payload: workload.payload(i),
+        }),
+    )
+}
+
+/// Polls `check` every 50 ms until it is true or `limit` passes.
+pub async fn until<F, Fut>(what: &str, limit: Duration, mut check: F) -> anyhow::Result<Instant>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if check().await? {
+            return Ok(Instant::now());
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,146 @@
+//! A push consumer that turns RocketMQ messages into [`Delivery`] values.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rocketmq_client_rust::{
+    ClientResult, ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, DefaultMQPushConsumer, MQPushConsumer,
+    MessageListenerConcurrently,
+};
+use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
+use rocketmq_model::common::message::message_ext::MessageExt;
+
+use crate::client::{client_config, ClientError, ClientHost};
+use crate::wire::{PROPERTY_BIZ_KEY, PROPERTY_EVENT_ID};
+
+/// One message as an outbox consumer sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// The `event_id` property (falls back to KEYS): the deduplication key.
+    pub event_id: String,
+    pub biz_key: String,
+    pub keys: String,
+    pub body: Bytes,
+    /// The producer's message id (`UNIQ_KEY`).
+    pub msg_id: String,
+    pub queue_id: i32,
+    pub queue_offset: i64,
+    /// Above 0 for a redelivery through the consumer group's retry topic (queue id
+    /// and offset are then the retry queue's).
+    pub reconsume_times: i32,
+}
+
+/// What the handler decided about one delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ack {
+    /// Processed (or a duplicate): do not deliver again.
+    Done,
+    /// Not processed: deliver again later.
+    Later,
+}
+
+/// Handles deliveries; called from the client's consume threads.
+pub trait Handler: Send + Sync + 'static {
+    fn handle(&self, delivery: &Delivery) -> Ack;
+}
+
+impl<F> Handler for F
+where
+    F: Fn(&Delivery) -> Ack + Send + Sync + 'static,
+{
+    fn handle(&self, delivery: &Delivery) -> Ack {
+        self(delivery)
+    }
+}
+
+/// Where a new consumer group starts reading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartFrom {
+    First,
+    Last,
+    /// Messages stored at or after this local time.
+    Since(chrono::DateTime<chrono::Local>),
+}
+
+/// A started push consumer.
+pub struct Subscription {
+    consumer: DefaultMQPushConsumer,
+    host: ClientHost,
+}
+
+struct Listener<H>(Arc<H>);
+
+impl<H: Handler> MessageListenerConcurrently for Listener<H> {
+    fn consume_message(
+        &self,
+        msgs: &[&MessageExt],
+        _context: &ConsumeConcurrentlyContext,
+    ) -> ClientResult<ConsumeConcurrentlyStatus> {
+        for message in msgs {
+            if self.0.handle(&to_delivery(message)) == Ack::Later {
+                return Ok(ConsumeConcurrentlyStatus::ReconsumeLater);
+            }
+        }
+        Ok(ConsumeConcurrentlyStatus::ConsumeSuccess)
+    }
+}
+
+impl Subscription {
+    /// Subscribes `group` to every message of `topic` and starts consuming.
+    pub async fn start<H: Handler>(
+        namesrv: &str,
+        group: &str,
+        topic: &str,
+        from: StartFrom,
+        handler: H,
+    ) -> Result<Self, ClientError> {
+        let host = ClientHost::start("rocketmq-consumer")?;
+        let builder = DefaultMQPushConsumer::builder(host.runtime())
+            .client_config(client_config(namesrv))
+            .name_server_addr(namesrv.to_owned())
+            .consumer_group(group.to_owned())
+            .consume_message_batch_max_size(1);
+        let builder = match from {
+            StartFrom::First => builder.consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset),
+            StartFrom::Last => builder.consume_from_where(ConsumeFromWhere::ConsumeFromLastOffset),
+            StartFrom::Since(time) => builder
+                .consume_from_where(ConsumeFromWhere::ConsumeFromTimestamp)
+                .consume_timestamp(time.format("%Y%m%d%H%M%S").to_string()),
+        };
+        let mut consumer = builder.build();
+        let started = async {
+            consumer.subscribe(topic, "*").await?;
+            consumer.register_message_listener_concurrently(Listener(Arc::new(handler)));
+            consumer.start().await
+        };
+        if let Err(error) = started.await {
+            host.shutdown().await;
+            return Err(ClientError::from_client("start consumer", &error));
+        }
+        Ok(Self { consumer, host })
+    }
+
+    /// Stops consuming and releases the client runtime.
+    pub async fn shutdown(mut self) {
+        self.consumer.shutdown().await;
+        self.host.shutdown().await;
+    }
+}
+
+fn to_delivery(message: &MessageExt) -> Delivery {
+    let property = |key: &str| {
+        message.properties().iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v.to_string()).unwrap_or_default()
+    };
+    let keys = property("KEYS");
+    let event_id = Some(property(PROPERTY_EVENT_ID)).filter(|id| !id.is_empty()).unwrap_or_else(|| keys.clone());
+    Delivery {
+        event_id,
+        biz_key: property(PROPERTY_BIZ_KEY),
+        keys,
+        body: message.body().unwrap_or_default(),
+        msg_id: property("UNIQ_KEY"),
+        queue_id: message.queue_id(),
+        queue_offset: message.queue_offset(),
+        reconsume_times: message.reconsume_times(),
+    }
+}

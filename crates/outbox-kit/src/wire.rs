@@ -1,0 +1,8 @@
+//! The message on the wire, as the relay sends it and consumers read it: the topic
+//! from the row, KEYS = event_id (the broker indexes KEYS, so `queryMsgByKey` finds
+//! it), the user properties below, and the payload bytes as the body.
+
+/// User property holding the event id (consumers deduplicate on it).
+pub const PROPERTY_EVENT_ID: &str = "event_id";
+/// User property holding the ordering key.
+pub const PROPERTY_BIZ_KEY: &str = "biz_key";

@@ -1,0 +1,145 @@
+//! The relay binary as a child process: started with its configuration in
+//! environment variables, its metrics and health endpoint on a free loopback port,
+//! its log in a file. Readiness is `/readyz`, never the log text.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+
+/// A running `outbox-relay run`.
+pub struct RelayProcess {
+    child: Child,
+    log: PathBuf,
+    /// `host:port` of its metrics and health endpoint.
+    http: String,
+}
+
+/// A loopback port that is free now (the relay binds it right after).
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl RelayProcess {
+    /// Starts `binary run --config config` with `env` on top (`OUTBOX_RELAY__...`),
+    /// logging to `log`.
+    pub fn start(binary: &Path, config: &Path, env: &[(String, String)], log: &Path) -> anyhow::Result<Self> {
+        let http = format!("127.0.0.1:{}", free_port()?);
+        let log_file = std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
+        let child = Command::new(binary)
+            .arg("run")
+            .arg("--config")
+            .arg(config)
+            .env("OUTBOX_RELAY__HTTP__LISTEN", &http)
+            .env("NO_COLOR", "1")
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .with_context(|| format!("start {}", binary.display()))?;
+        Ok(Self { child, log: log.to_owned(), http })
+    }
+
+    /// GET `path` from the metrics and health endpoint: the whole HTTP response.
+    pub fn get(&self, path: &str) -> std::io::Result<String> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&self.http)?;
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.http)?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        Ok(response)
+    }
+
+    /// Waits until `/readyz` says `ready` (200) or not (503); returns that response.
+    /// Fails when the relay exits first or `deadline` passes.
+    pub async fn wait_readiness(&mut self, ready: bool, deadline: Duration) -> anyhow::Result<String> {
+        let until = tokio::time::Instant::now() + deadline;
+        let wanted = if ready { "HTTP/1.0 200" } else { "HTTP/1.0 503" };
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("the relay exited ({status}) before /readyz answered {wanted}; log {}", self.log.display());
+            }
+            let response = self.get("/readyz").unwrap_or_default();
+            if response.starts_with(wanted) {
+                return Ok(response);
+            }
+            if tokio::time::Instant::now() >= until {
+                bail!(
+                    "/readyz never answered {wanted} within {deadline:?}; last: {response}; log {}",
+                    self.log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The value of counter or gauge `name` on `/metrics`.
+    pub fn metric(&self, name: &str) -> anyhow::Result<f64> {
+        let body = self.get("/metrics")?;
+        body.lines()
+            .find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+            .and_then(|value| value.trim().parse().ok())
+            .with_context(|| format!("metric {name} not on /metrics:\n{body}"))
+    }
+
+    /// Waits for the relay to exit on its own; its exit code.
+    pub async fn wait_exit(&mut self, deadline: Duration) -> anyhow::Result<Option<i32>> {
+        let until = tokio::time::Instant::now() + deadline;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status.code());
+            }
+            if tokio::time::Instant::now() >= until {
+                bail!("the relay still runs after {deadline:?}; log {}", self.log.display());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGTERM, then waits for the exit (drain and final checkpoint); the exit code.
+    pub fn terminate(&mut self) -> anyhow::Result<Option<i32>> {
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status()?;
+        anyhow::ensure!(status.success(), "kill -TERM {} failed", self.child.id());
+        Ok(self.child.wait()?.code())
+    }
+
+    /// SIGKILL: no drain, no final checkpoint.
+    pub fn kill(&mut self) -> std::io::Result<()> {
+        self.child.kill()?;
+        self.child.wait().map(drop)
+    }
+
+    /// The OS process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Peak resident memory so far (VmHWM), MiB.
+    pub fn peak_rss_mib(&self) -> anyhow::Result<f64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .context("VmHWM in /proc/PID/status")?;
+        Ok(kib / 1024.0)
+    }
+
+    /// Where the log is.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// The log so far, for assertion messages.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

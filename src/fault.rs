@@ -1,0 +1,24 @@
+//! Deliberate faults, compiled in only with the `fault-injection` feature (the tests
+//! enable it): they let a test prove that a panicking task stops the relay with exit
+//! code 1 and that a restart loses nothing. Without the feature every hook is empty.
+
+/// Called by a lane after each SEND_OK of `events` events. With the feature and
+/// `OUTBOX_RELAY_FAULT_LANE_PANIC_AFTER=N` set, the lane that brings the process's
+/// total past N events panics.
+#[cfg(feature = "fault-injection")]
+pub(crate) fn lane_sent(events: usize) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SENT: AtomicU64 = AtomicU64::new(0);
+    let Some(limit) = std::env::var("OUTBOX_RELAY_FAULT_LANE_PANIC_AFTER").ok().and_then(|v| v.parse::<u64>().ok())
+    else {
+        return;
+    };
+    let before = SENT.fetch_add(events as u64, Ordering::Relaxed);
+    if before < limit && before + events as u64 >= limit {
+        panic!("injected fault: a lane panics after {limit} events (OUTBOX_RELAY_FAULT_LANE_PANIC_AFTER)");
+    }
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline]
+pub(crate) fn lane_sent(_events: usize) {}

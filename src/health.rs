@@ -1,0 +1,181 @@
+//! What `/readyz` and `/healthz` answer: the relay's own account of whether each part
+//! of the pipeline works, kept by the parts themselves.
+//!
+//! Every part that can stop working reports a [`Problem`] under its [`Part`] the moment
+//! it sees one (a lost binlog connection, a send the broker did not confirm, a sweep
+//! that cannot claim, a checkpoint that stopped moving) and clears it when it works
+//! again. Readiness is "no part reports a problem"; its answer names the most
+//! important one. Liveness is separate: the coordinator's loop beats on every turn,
+//! and a loop that has not beaten for [`LIVENESS_STALL`] is wedged (a restart helps),
+//! whatever the parts say.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// A coordinator loop silent this long is reported dead by `/healthz`.
+pub(crate) const LIVENESS_STALL: Duration = Duration::from_secs(60);
+
+/// A part of the relay that can report a problem, in the order readiness names them.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Part {
+    /// The relay is stopping (signal or a fatal error).
+    Stopping,
+    /// The binlog reader.
+    BinlogSource,
+    /// The sweep (claims on the primary).
+    Sweep,
+    /// One lane: sends to (topic, queue id).
+    Lane(String, i32),
+    /// The checkpoint: not moving although transactions are in flight, or not writable.
+    Checkpoint,
+}
+
+/// Why a part does not work, since when.
+#[derive(Debug, Clone)]
+struct Problem {
+    reason: String,
+    since: Instant,
+}
+
+#[derive(Debug)]
+struct State {
+    problems: BTreeMap<Part, Problem>,
+    beat: Instant,
+}
+
+/// The shared health record; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Health {
+    state: Arc<Mutex<State>>,
+}
+
+/// The answer of `/readyz`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Readiness {
+    pub ready: bool,
+    /// The most important problem, when not ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Every problem, each with how long it has lasted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Health {
+    pub fn new() -> Self {
+        Self { state: Arc::new(Mutex::new(State { problems: BTreeMap::new(), beat: Instant::now() })) }
+    }
+
+    /// `part` does not work, because of `reason`. The first report of an outage keeps
+    /// its start time; later ones update the reason.
+    pub(crate) fn problem(&self, part: Part, reason: impl Into<String>) {
+        let reason = reason.into();
+        let mut state = self.lock();
+        state
+            .problems
+            .entry(part)
+            .and_modify(|p| p.reason.clone_from(&reason))
+            .or_insert(Problem { reason, since: Instant::now() });
+    }
+
+    /// `part` works again.
+    pub(crate) fn clear(&self, part: &Part) {
+        let mut state = self.lock();
+        if !state.problems.is_empty() {
+            state.problems.remove(part);
+        }
+    }
+
+    /// Whether `part` reports a problem now.
+    pub(crate) fn has_problem(&self, part: &Part) -> bool {
+        self.lock().problems.contains_key(part)
+    }
+
+    /// The coordinator's loop turned.
+    pub(crate) fn beat(&self) {
+        self.lock().beat = Instant::now();
+    }
+
+    /// Ready when no part reports a problem.
+    pub fn readiness(&self) -> Readiness {
+        let state = self.lock();
+        let problems: Vec<String> =
+            state.problems.values().map(|p| format!("{} (for {}s)", p.reason, p.since.elapsed().as_secs())).collect();
+        let reason = state.problems.values().next().map(|p| p.reason.clone());
+        Readiness { ready: problems.is_empty(), reason, problems }
+    }
+
+    /// `Err` with the reason when the coordinator's loop is wedged.
+    pub fn liveness(&self) -> Result<(), String> {
+        let silent = self.lock().beat.elapsed();
+        if silent > LIVENESS_STALL {
+            return Err(format!(
+                "the pipeline loop has not turned for {}s (limit {}s): it is wedged; restart the relay",
+                silent.as_secs(),
+                LIVENESS_STALL.as_secs()
+            ));
+        }
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_until_a_part_reports_and_again_once_it_clears() {
+        let health = Health::new();
+        assert!(health.readiness().ready);
+        health.problem(Part::Lane("t".into(), 3), "broker: not confirmed");
+        health.problem(Part::BinlogSource, "binlog source: REPLICATION SLAVE missing");
+        let readiness = health.readiness();
+        assert!(!readiness.ready);
+        assert_eq!(readiness.reason.as_deref(), Some("binlog source: REPLICATION SLAVE missing"), "the source first");
+        assert_eq!(readiness.problems.len(), 2);
+        health.clear(&Part::BinlogSource);
+        health.clear(&Part::Lane("t".into(), 3));
+        assert!(health.readiness().ready);
+    }
+
+    #[test]
+    fn a_repeated_report_keeps_the_outage_start_and_takes_the_new_reason() {
+        let health = Health::new();
+        health.problem(Part::Sweep, "first");
+        let since = health.lock().problems[&Part::Sweep].since;
+        health.problem(Part::Sweep, "second");
+        let state = health.lock();
+        assert_eq!(state.problems[&Part::Sweep].since, since);
+        assert_eq!(state.problems[&Part::Sweep].reason, "second");
+    }
+
+    #[test]
+    fn the_json_names_the_reason() {
+        let health = Health::new();
+        health.problem(Part::Stopping, "stopping: SIGTERM");
+        let json = serde_json::to_string(&health.readiness()).expect("json");
+        assert!(json.starts_with(r#"{"ready":false,"reason":"stopping: SIGTERM""#), "{json}");
+    }
+
+    #[test]
+    fn a_loop_that_beat_recently_is_alive() {
+        let health = Health::new();
+        health.beat();
+        assert!(health.liveness().is_ok());
+        health.lock().beat = Instant::now() - LIVENESS_STALL - Duration::from_secs(1);
+        assert!(health.liveness().expect_err("wedged").contains("wedged"));
+    }
+}

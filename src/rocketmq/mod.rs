@@ -1,0 +1,12 @@
+//! The RocketMQ side: a synchronous producer that sends batches to one queue and
+//! reports SEND_OK or a classified error, never a silent "no exception = sent".
+//! The client runtime and settings are the kit's, shared with its consumer.
+
+mod error;
+mod message;
+mod producer;
+
+pub use error::{PublishError, Retry};
+pub use message::{check_size, prepare, to_message, Prepared};
+pub use outbox_kit::{client_config, full_message, ClientHost};
+pub use producer::{Producer, ProducerSettings, SendReceipt};

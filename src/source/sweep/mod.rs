@@ -1,0 +1,200 @@
+//! The polling sweep: the fallback that makes "no loss" hold where the binlog path
+//! cannot see a row, and the whole relay in poll mode.
+//!
+//! Every `sweep.interval` it puts expired leases back to PENDING, then claims due
+//! PENDING rows (up to `sweep.batch` per claim, again at once while claims come back
+//! full) and hands them to the same ordered lanes as the binlog path. What it may
+//! take is the [`Cutoff`]: everything in poll mode; in binlog mode only rows the
+//! binlog path has passed ([`watermark`]). A full sweep (first start, lost binlog
+//! position) takes every row committed before it began, and reports when it has
+//! handed them all on, so the binlog path attaches after them (per-key order).
+//! While the binlog path is down the sweep runs at least every [`TAKEOVER_PERIOD`],
+//! so a takeover delivers within seconds, not at the slow fallback period.
+
+pub mod watermark;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use crate::health::{Health, Part};
+use crate::metrics::RelayMetrics;
+use crate::source::{Handoff, Origin, SourceTx};
+use crate::store::{ClaimStore, Claimed, Cutoff};
+
+pub use watermark::Watermark;
+
+/// The longest time between sweeps while the binlog path is down.
+pub const TAKEOVER_PERIOD: Duration = Duration::from_secs(1);
+
+/// What the sweep does, and when.
+#[derive(Debug, Clone)]
+pub struct SweepSettings {
+    pub interval: Duration,
+    pub batch: usize,
+    /// `None` in poll mode (no binlog path: take everything due); otherwise the grace
+    /// and takeover delay applied to the binlog path's [`Watermark`].
+    pub binlog: Option<BinlogGuard>,
+}
+
+/// How far behind the binlog path the sweep stays.
+#[derive(Debug, Clone)]
+pub struct BinlogGuard {
+    pub watermark: Arc<Watermark>,
+    pub grace: Duration,
+    pub takeover_after: Duration,
+}
+
+/// A request for a full sweep; `done` fires once every row it covers is handed on.
+pub struct FullSweep {
+    pub reason: String,
+    pub done: oneshot::Sender<()>,
+}
+
+/// The sweep task.
+pub struct Sweeper {
+    pub claims: ClaimStore,
+    pub handoff: Handoff,
+    pub settings: SweepSettings,
+    pub requests: mpsc::Receiver<FullSweep>,
+    pub metrics: RelayMetrics,
+    /// Where a sweep that cannot claim is reported.
+    pub health: Health,
+}
+
+/// Why a round of claims stopped early.
+enum Stop {
+    Database(mysql_async::Error),
+    PipelineClosed,
+}
+
+impl Sweeper {
+    /// Sweeps until `shutdown`.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        tokio::select! {
+            () = self.serve() => {}
+            () = shutdown.cancelled() => {}
+        }
+    }
+
+    async fn serve(&mut self) {
+        tracing::info!(batch = self.settings.batch, "sweeping every {:?}", self.settings.interval);
+        let mut next = tokio::time::Instant::now();
+        let watermark = self.settings.binlog.as_ref().map(|guard| Arc::clone(&guard.watermark));
+        loop {
+            tokio::select! {
+                Some(request) = self.requests.recv() => self.full_sweep(request).await,
+                () = tokio::time::sleep_until(next) => {
+                    if !self.periodic().await {
+                        return;
+                    }
+                    next = tokio::time::Instant::now() + self.period();
+                }
+                () = outage_began(watermark.as_deref()) => next = tokio::time::Instant::now(),
+            }
+        }
+    }
+
+    /// The time to the next periodic sweep: shorter while the binlog path is down.
+    fn period(&self) -> Duration {
+        match &self.settings.binlog {
+            Some(guard) if guard.watermark.is_down() => self.settings.interval.min(TAKEOVER_PERIOD),
+            _ => self.settings.interval,
+        }
+    }
+
+    /// One periodic sweep. `false` when the pipeline has stopped.
+    async fn periodic(&self) -> bool {
+        self.reclaim().await;
+        let cutoff = match &self.settings.binlog {
+            None => Cutoff::Everything,
+            Some(guard) => guard.watermark.cutoff(guard.grace, guard.takeover_after),
+        };
+        match self.claim_all(cutoff).await {
+            Ok(()) => {
+                self.health.clear(&Part::Sweep);
+                true
+            }
+            Err(Stop::PipelineClosed) => false,
+            Err(Stop::Database(error)) => {
+                tracing::warn!(%error, "sweep: cannot claim rows on the primary; the next sweep tries again");
+                self.health.problem(Part::Sweep, format!("sweep: cannot claim rows on the primary: {error}"));
+                true
+            }
+        }
+    }
+
+    /// Sweeps every row created before now, retrying the database until it is done.
+    async fn full_sweep(&self, request: FullSweep) {
+        tracing::warn!(reason = %request.reason, "full sweep: every PENDING row committed so far is claimed and sent");
+        let backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+        let mut failures = 0u32;
+        loop {
+            let swept = match self.claims.now().await {
+                Ok(now) => {
+                    self.reclaim().await;
+                    self.claim_all(Cutoff::Before(now)).await
+                }
+                Err(error) => Err(Stop::Database(error)),
+            };
+            match swept {
+                Ok(()) => break,
+                Err(Stop::PipelineClosed) => return,
+                Err(Stop::Database(error)) => {
+                    failures += 1;
+                    let delay = backoff.delay(failures);
+                    tracing::error!(%error, retry_in = ?delay, "full sweep: the primary failed; the binlog path waits until the sweep completes");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+        tracing::info!("full sweep: every row it covers is handed on");
+        let _ = request.done.send(());
+    }
+
+    /// Claims and hands on batches until a claim comes back short.
+    async fn claim_all(&self, cutoff: Cutoff) -> Result<(), Stop> {
+        if cutoff == Cutoff::Nothing {
+            return Ok(());
+        }
+        loop {
+            let Claimed { events, retry_counts } =
+                self.claims.claim(self.settings.batch, cutoff).await.map_err(Stop::Database)?;
+            let claimed = events.len();
+            if let Some(first) = events.first() {
+                self.metrics.swept.inc_by(claimed as u64);
+                tracing::debug!(claimed, first_id = first.id, "sweep claimed rows");
+                let batch = SourceTx { events, origin: Origin::Sweep { retry_counts } };
+                self.handoff.send(batch).await.map_err(|_| Stop::PipelineClosed)?;
+            }
+            if claimed < self.settings.batch {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn reclaim(&self) {
+        match self.claims.reclaim_expired().await {
+            Ok(0) => {}
+            Ok(rows) => {
+                self.metrics.reclaimed.inc_by(rows);
+                tracing::warn!(
+                    rows,
+                    "sweep: SENDING rows with an expired lease went back to PENDING (their sweeper died or stalled)"
+                );
+            }
+            Err(error) => tracing::warn!(%error, "sweep: cannot reclaim expired leases; the next sweep tries again"),
+        }
+    }
+}
+
+/// Returns when the binlog path goes down; never in poll mode (no watermark).
+async fn outage_began(watermark: Option<&Watermark>) {
+    match watermark {
+        Some(watermark) => watermark.outage_began().await,
+        None => std::future::pending().await,
+    }
+}

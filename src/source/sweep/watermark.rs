@@ -1,0 +1,151 @@
+//! What the sweep may take in binlog mode without racing the binlog path.
+//!
+//! A row the binlog path will still deliver should be left to it, or it is sent
+//! twice. The binlog path's progress is the commit time of the newest acknowledged
+//! transaction (or of the heartbeat that showed the stream idle): every row created
+//! before it was committed before it, so it has been seen. The sweep takes rows
+//! created more than `sweep.grace` before that time; the grace covers clock skew
+//! between the relay and the database and rows still being written back as SENT.
+//! While the binlog path is down longer than `sweep.takeover_after`, its progress
+//! stops meaning anything and the sweep takes everything older than the grace; when
+//! it is down for a cause only a person can fix, the sweep takes over at once.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::store::Cutoff;
+
+/// The binlog path's progress, shared by the reader, the coordinator and the sweep.
+#[derive(Debug)]
+pub struct Watermark {
+    /// Commit time (Unix seconds, source clock) of the newest acknowledged position; 0 = none yet.
+    acked: AtomicU32,
+    /// Since when the binlog path is down, while it is down.
+    down: Mutex<Option<Outage>>,
+    /// Wakes the sweep when an outage begins, so its takeover does not wait for
+    /// the next slow period.
+    outage_began: Notify,
+}
+
+/// An outage of the binlog path.
+#[derive(Debug, Clone, Copy)]
+struct Outage {
+    since: Instant,
+    /// It cannot heal by itself: the sweep takes over without waiting.
+    broken: bool,
+}
+
+impl Watermark {
+    /// Starts from the checkpoint's commit time, if it has one.
+    pub fn new(acked: Option<u32>) -> Self {
+        Self { acked: AtomicU32::new(acked.unwrap_or(0)), down: Mutex::new(None), outage_began: Notify::new() }
+    }
+
+    /// The pipeline acknowledged everything up to a commit at `commit_time`.
+    pub fn acknowledged(&self, commit_time: u32) {
+        self.acked.fetch_max(commit_time, Ordering::Relaxed);
+    }
+
+    /// The binlog connection is lost (the first call of an outage counts).
+    pub fn source_down(&self) {
+        self.outage().get_or_insert(Outage { since: Instant::now(), broken: false });
+        self.outage_began.notify_one();
+    }
+
+    /// The binlog path stopped for a cause a reconnect cannot fix.
+    pub fn source_broken(&self) {
+        self.outage().get_or_insert(Outage { since: Instant::now(), broken: true }).broken = true;
+        self.outage_began.notify_one();
+    }
+
+    /// Returns once the binlog path reports it is down (at once if it did meanwhile).
+    pub async fn outage_began(&self) {
+        self.outage_began.notified().await;
+    }
+
+    /// The binlog connection streams again.
+    pub fn source_up(&self) {
+        *self.outage() = None;
+    }
+
+    /// Whether the binlog path is down now.
+    pub fn is_down(&self) -> bool {
+        self.outage().is_some()
+    }
+
+    /// The sweep's cutoff now.
+    pub fn cutoff(&self, grace: Duration, takeover_after: Duration) -> Cutoff {
+        let acked = Some(self.acked.load(Ordering::Relaxed)).filter(|&t| t > 0);
+        let down_for = self.outage().map(|o| if o.broken { Duration::MAX } else { o.since.elapsed() });
+        cutoff_for(acked, down_for, grace, takeover_after)
+    }
+
+    fn outage(&self) -> std::sync::MutexGuard<'_, Option<Outage>> {
+        self.down.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The cutoff for a binlog path acknowledged up to `acked` and down for `down_for`.
+pub fn cutoff_for(acked: Option<u32>, down_for: Option<Duration>, grace: Duration, takeover_after: Duration) -> Cutoff {
+    if down_for.is_some_and(|down| down >= takeover_after) {
+        return Cutoff::OlderThan(grace);
+    }
+    match acked {
+        Some(commit_time) => Cutoff::Before(f64::from(commit_time) - grace.as_secs_f64()),
+        // Nothing acknowledged yet: the start-up full sweep covers what came before.
+        None => Cutoff::Nothing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GRACE: Duration = Duration::from_secs(60);
+    const TAKEOVER: Duration = Duration::from_secs(120);
+
+    #[test]
+    fn rows_older_than_the_acknowledged_commit_minus_grace() {
+        assert_eq!(cutoff_for(Some(1_000), None, GRACE, TAKEOVER), Cutoff::Before(940.0));
+        assert_eq!(cutoff_for(Some(1_000), Some(Duration::from_secs(119)), GRACE, TAKEOVER), Cutoff::Before(940.0));
+    }
+
+    #[test]
+    fn a_binlog_path_down_past_takeover_hands_everything_older_than_grace_to_the_sweep() {
+        assert_eq!(cutoff_for(Some(1_000), Some(TAKEOVER), GRACE, TAKEOVER), Cutoff::OlderThan(GRACE));
+        assert_eq!(cutoff_for(None, Some(Duration::from_secs(600)), GRACE, TAKEOVER), Cutoff::OlderThan(GRACE));
+    }
+
+    #[test]
+    fn nothing_before_the_first_acknowledgement() {
+        assert_eq!(cutoff_for(None, None, GRACE, TAKEOVER), Cutoff::Nothing);
+        assert_eq!(Watermark::new(None).cutoff(GRACE, TAKEOVER), Cutoff::Nothing);
+    }
+
+    #[test]
+    fn the_watermark_only_moves_forward_and_clears_the_outage() {
+        let w = Watermark::new(Some(500));
+        w.acknowledged(1_000);
+        w.acknowledged(900);
+        assert_eq!(w.cutoff(GRACE, TAKEOVER), Cutoff::Before(940.0));
+        w.source_down();
+        assert_eq!(w.cutoff(GRACE, Duration::ZERO), Cutoff::OlderThan(GRACE), "down, takeover at once");
+        w.source_up();
+        assert_eq!(w.cutoff(GRACE, Duration::ZERO), Cutoff::Before(940.0));
+    }
+
+    #[test]
+    fn a_broken_binlog_path_hands_over_at_once() {
+        let w = Watermark::new(Some(1_000));
+        w.source_down();
+        assert_eq!(w.cutoff(GRACE, TAKEOVER), Cutoff::Before(940.0), "a transient outage waits for takeover_after");
+        w.source_broken();
+        assert!(w.is_down());
+        assert_eq!(w.cutoff(GRACE, TAKEOVER), Cutoff::OlderThan(GRACE));
+        w.source_up();
+        assert!(!w.is_down());
+    }
+}

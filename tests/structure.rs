@@ -1,0 +1,112 @@
+//! The shape of the code, checked: applications depend on a small crate, and the
+//! relay's modules import each other without cycles.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The crates an application must never pull in through the kit.
+const HEAVY: [&str; 4] = ["rocksdb", "librocksdb-sys", "axum", "clap"];
+
+#[test]
+fn the_application_kit_pulls_in_no_rocksdb_http_server_or_cli_parser() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new(cargo)
+        .args(["tree", "--offline", "--locked", "-p", "outbox-kit", "-e", "normal,build", "--prefix", "none"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo tree");
+    let tree = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&output.stderr));
+    let crates: BTreeSet<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    assert!(crates.contains("mysql_async") && crates.contains("rocketmq-client-rust"), "{tree}");
+    for heavy in HEAVY {
+        assert!(!crates.contains(heavy), "outbox-kit depends on {heavy}:\n{tree}");
+    }
+}
+
+#[test]
+fn the_relays_modules_import_each_other_without_a_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = module_graph(&src);
+    assert!(graph.contains_key("source") && graph["relay"].contains("lanes"), "the graph was read: {graph:?}");
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("import cycle between top-level modules: {}\n{graph:#?}", cycle.join(" -> "));
+    }
+}
+
+/// Top-level module -> the top-level modules its files name as `crate::X`.
+fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in rust_files(src) {
+        let relative = file.strip_prefix(src).expect("under src");
+        let first = relative.components().next().expect("a component").as_os_str().to_string_lossy();
+        let module = first.trim_end_matches(".rs").to_owned();
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read source");
+        let used = graph.entry(module.clone()).or_default();
+        for (i, _) in text.match_indices("crate::") {
+            let name: String =
+                text[i + "crate::".len()..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
+            if !name.is_empty() && name != module {
+                used.insert(name);
+            }
+        }
+    }
+    graph
+}
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// A cycle in `graph`, if any, as the modules along it.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|n| n == node) {
+            let mut cycle = path[start..].to_vec();
+            cycle.push(node.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph.keys().find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn a_cycle_is_found_when_there_is_one() {
+    let graph: BTreeMap<String, BTreeSet<String>> =
+        [("a", vec!["b"]), ("b", vec!["c"]), ("c", vec!["a"]), ("d", vec![])]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.into_iter().map(str::to_owned).collect()))
+            .collect();
+    assert_eq!(find_cycle(&graph), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
+}

@@ -1,0 +1,187 @@
+//! Supervision against the real stack: a part of the relay that stops working is
+//! reported at once (`/readyz`, an error line) and either recovers or stops the relay
+//! with the exit code of its class; a graceful stop joins everything and leaves
+//! nothing behind; a restart after any stop loses nothing.
+#![recursion_limit = "512"]
+
+mod common;
+
+use std::time::Duration;
+
+use common::collector::Collector;
+use common::events::{all_sent, consumed_all, delivery_counts, Events};
+use common::outbox::TestOutbox;
+use common::relay::{RelayOptions, RelayProcess};
+use common::{eventually, unique, Stack};
+use mysql_async::prelude::Queryable;
+
+/// A replication user of this test alone, so revoking its grant disturbs no other test.
+struct ReplUser {
+    name: String,
+    url: String,
+}
+
+impl ReplUser {
+    async fn create(outbox: &TestOutbox, stack: &Stack) -> Self {
+        let name = unique("repl").chars().take(32).collect::<String>();
+        for sql in [
+            format!("CREATE USER '{name}'@'127.0.0.1' IDENTIFIED BY 'pw-{name}'"),
+            format!("GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{name}'@'127.0.0.1'"),
+            format!("GRANT SELECT ON app.* TO '{name}'@'127.0.0.1'"),
+        ] {
+            outbox.exec(&sql).await;
+        }
+        let address = stack.repl_url.rsplit_once('@').map(|(_, host)| host).expect("repl url has a host");
+        Self { url: format!("mysql://{name}:pw-{name}@{address}"), name }
+    }
+
+    /// Kills the user's binlog dump connections; returns how many there were.
+    async fn kill_dumps(&self, outbox: &TestOutbox) -> usize {
+        let mut conn = outbox.pool.get_conn().await.expect("conn");
+        let ids: Vec<u64> = conn
+            .exec(
+                "SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%' AND USER = ?",
+                (&self.name,),
+            )
+            .await
+            .expect("processlist");
+        for id in &ids {
+            conn.query_drop(format!("KILL {id}")).await.expect("kill dump thread");
+        }
+        ids.len()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_replication_grant_is_reported_at_once_and_the_sweep_delivers_meanwhile() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "revoke").await;
+    let user = ReplUser::create(&outbox, &stack).await;
+    let options = RelayOptions::new(outbox.name())
+        .env("OUTBOX_RELAY__SOURCE__URL", &user.url)
+        .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 1_000);
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    outbox.insert_tx(&events.rows("k", 0..50)).await;
+    all_sent(&outbox, 50, Duration::from_secs(60)).await;
+
+    outbox.exec(&format!("REVOKE REPLICATION SLAVE ON *.* FROM '{}'@'127.0.0.1'", user.name)).await;
+    assert_eq!(user.kill_dumps(&outbox).await, 1, "the relay's dump connection was found and killed");
+    let body = eventually("/readyz 503 naming the missing grant", Duration::from_secs(10), || async {
+        let body = relay.http_get("/readyz");
+        (body.starts_with("HTTP/1.0 503") && body.contains("REPLICATION SLAVE")).then_some(body)
+    })
+    .await;
+    assert!(
+        body.contains(&user.name) && body.contains("GRANT REPLICATION SLAVE"),
+        "/readyz names user and fix: {body}"
+    );
+    assert!(!body.contains(&format!("pw-{}", user.name)), "no password in /readyz: {body}");
+    let log = relay.log_text();
+    assert!(
+        log.lines().any(|l| l.contains("ERROR") && l.contains("GRANT REPLICATION SLAVE") && l.contains(&user.name)),
+        "an error line names the grant and the fix:\n{log}"
+    );
+
+    // Rows committed after the failure still arrive: the sweep took over.
+    for start in (50..150).step_by(25) {
+        outbox.insert_tx(&events.rows("k", start..start + 25)).await;
+    }
+    all_sent(&outbox, 150, Duration::from_secs(60)).await;
+    assert!(!relay.wait_readiness(false, Duration::from_secs(1)).await.is_empty(), "still not ready: grant missing");
+
+    // The grant is back: the binlog path resumes by itself and the relay is ready.
+    outbox.exec(&format!("GRANT REPLICATION SLAVE ON *.* TO '{}'@'127.0.0.1'", user.name)).await;
+    relay.wait_readiness(true, Duration::from_secs(30)).await;
+    outbox.insert_tx(&events.rows("k", 150..200)).await;
+    all_sent(&outbox, 200, Duration::from_secs(60)).await;
+    assert_eq!(relay.stop(), Some(0));
+
+    // A fresh consumer sees every event of the test, none lost.
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("revoke_consumer")).await;
+    consumed_all(&collector, &events, 200, Duration::from_secs(120)).await;
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(feature = "fault-injection"), ignore = "needs --features fault-injection (scripts/test enables it)")]
+async fn a_panicking_lane_stops_the_relay_with_exit_1_and_a_restart_loses_nothing() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "panic").await;
+    let options = RelayOptions::new(outbox.name());
+    let mut relay = RelayProcess::start(&stack, &options.clone().env("OUTBOX_RELAY_FAULT_LANE_PANIC_AFTER", 100));
+    relay.wait_ready().await;
+    for key in 0..6 {
+        outbox.insert_tx(&events.rows(&format!("key-{key}"), 0..50)).await;
+    }
+    assert_eq!(relay.wait_exit(Duration::from_secs(60)).await, Some(1), "a panic is a bug: exit 1");
+    let log = relay.log_text();
+    assert!(
+        log.lines().any(|l| l.contains("ERROR") && l.contains("task lane panicked") && l.contains("injected fault")),
+        "one line names the task and the panic:\n{log}"
+    );
+
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    all_sent(&outbox, 300, Duration::from_secs(60)).await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("panic_consumer")).await;
+    let deliveries = consumed_all(&collector, &events, 300, Duration::from_secs(120)).await;
+    assert_eq!(delivery_counts(&deliveries).len(), 300, "every event reached the broker");
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_under_load_drains_checkpoints_and_leaves_nothing_behind() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "sigterm").await;
+    let options = RelayOptions::new(outbox.name());
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+
+    // A steady load, in small transactions, while the relay is stopped.
+    let writer = tokio::spawn({
+        let (pool, table) = (outbox.pool.clone(), outbox.table.clone());
+        let rows: Vec<_> = (0..2_000).map(|seq| events.row(&format!("key-{}", seq % 20), seq)).collect();
+        async move {
+            let outbox = TestOutbox { pool, table };
+            for chunk in rows.chunks(20) {
+                outbox.insert_tx(chunk).await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+    eventually("the first rows SENT", Duration::from_secs(60), || async {
+        (outbox.count_status(2).await >= 200).then_some(())
+    })
+    .await;
+    let stopping = tokio::time::Instant::now();
+    assert_eq!(relay.stop(), Some(0), "SIGTERM is a clean stop");
+    assert!(stopping.elapsed() < Duration::from_secs(15), "stopped within the drain timeout");
+    let log = relay.log_text();
+    for line in ["final checkpoint written", "every relay task has stopped", "RocketMQ producer shut down"] {
+        assert!(log.contains(line), "the log says {line:?}:\n{log}");
+    }
+    assert_eq!(outbox.count_status(1).await, 0, "no row left SENDING");
+    writer.await.expect("writer");
+
+    // The checkpoint was at the last acknowledged transaction: a restart sends the
+    // rest once and nothing twice (the broker holds exactly one message per row).
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    all_sent(&outbox, 2_000, Duration::from_secs(120)).await;
+    let producer = stack.producer("sigterm_count").await;
+    let stored = eventually("the topic's stored count", Duration::from_secs(30), || async {
+        producer.stored_count(&events.topic).await.ok().filter(|&n| n >= 2_000)
+    })
+    .await;
+    assert_eq!(stored, 2_000, "no event was sent twice across a graceful stop");
+    assert_eq!(relay.stop(), Some(0));
+    producer.shutdown().await;
+}
