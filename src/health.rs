@@ -105,6 +105,20 @@ impl Health {
         self.lock().beat = Instant::now();
     }
 
+    /// Runs `work`, beating the liveness clock while it waits: a loop waiting on a
+    /// dependency (the primary, the NameServer) is slow, not wedged, and a restart
+    /// would not help it.
+    pub(crate) async fn alive_while<F: std::future::Future>(&self, work: F) -> F::Output {
+        let mut beat = tokio::time::interval(LIVENESS_STALL / 4);
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                output = &mut work => return output,
+                _ = beat.tick() => self.beat(),
+            }
+        }
+    }
+
     /// Ready when no part reports a problem.
     pub fn readiness(&self) -> Readiness {
         let state = self.lock();

@@ -17,7 +17,7 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::health::Health;
-use crate::metrics::render;
+use outbox_kit::render_metrics as render;
 
 /// What the endpoint serves.
 #[derive(Clone)]

@@ -1,22 +1,33 @@
 //! The relay's own metrics, in Prometheus form (served by `http` at /metrics).
 //!
-//! The one to alert on first is `outbox_oldest_pending_seconds` (the seed's core
-//! metric): how old the oldest PENDING row is, which is the delay consumers feel; a
-//! row count alone misses "few rows, but very old". `relay_events_failed_total`
-//! rising means rows went FAILED (status 3) and need a person.
+//! The one to alert on first is `outbox_oldest_pending_seconds`: how old the oldest
+//! unsent row is, which is the delay consumers feel; a row count alone misses "few
+//! rows, but very old". `relay_events_failed_total` rising means rows went FAILED and
+//! need a person; `relay_held_keys` above zero means keys wait behind them.
 
 use std::sync::atomic::AtomicU64;
 
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+
+use crate::rocketmq::ErrorClass;
+
+/// The `class` label of a retry: outage, event or unknown.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabel {
+    pub class: String,
+}
 
 /// Counters and gauges of one relay process.
 #[derive(Clone, Default)]
 pub struct RelayMetrics {
     pub sent: Counter,
     pub failed: Counter,
-    pub send_retries: Counter,
+    pub send_retries: Family<ClassLabel, Counter>,
+    pub held_keys: Gauge,
     pub swept: Counter,
     pub reclaimed: Counter,
     pub position_lost: Counter,
@@ -31,15 +42,16 @@ impl RelayMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         registry.register("relay_events_sent", "Events the broker answered SEND_OK for", m.sent.clone());
-        registry.register(
-            "relay_events_failed",
-            "Events marked FAILED (status 3): alert on any increase",
-            m.failed.clone(),
-        );
+        registry.register("relay_events_failed", "Events marked FAILED: alert on any increase", m.failed.clone());
         registry.register(
             "relay_send_retries",
-            "Batch sends retried after a non-SEND_OK answer or an error",
+            "Batch sends not confirmed, by class: outage (broker cannot take anything; waited out), event (the event can never be sent), unknown",
             m.send_retries.clone(),
+        );
+        registry.register(
+            "relay_held_keys",
+            "Business keys whose later events wait behind a FAILED event (failed_key_policy = hold)",
+            m.held_keys.clone(),
         );
         registry.register("relay_sweep_claimed", "Rows the sweep claimed (SENDING) to publish", m.swept.clone());
         registry.register(
@@ -72,10 +84,9 @@ impl RelayMetrics {
     }
 }
 
-/// A registry in the Prometheus text format.
-pub fn render(registry: &Registry) -> String {
-    let mut text = String::new();
-    // Writing into a String cannot fail.
-    let _ = prometheus_client::encoding::text::encode(&mut text, registry);
-    text
+impl RelayMetrics {
+    /// Counts a send that was not confirmed, by what its failure says.
+    pub fn retry(&self, class: ErrorClass) {
+        self.send_retries.get_or_create(&ClassLabel { class: class.name().to_owned() }).inc();
+    }
 }

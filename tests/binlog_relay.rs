@@ -13,6 +13,7 @@ use common::outbox::{Row, TestOutbox};
 use common::relay::{RelayOptions, RelayProcess};
 use common::{eventually, unique, Stack};
 use mysql_async::prelude::Queryable;
+use outbox_kit::RowStatus;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolled_back_rows_other_tables_and_updates_publish_nothing() {
@@ -97,7 +98,7 @@ async fn rows_committed_while_the_relay_is_stopped_stay_pending_then_are_sent_on
     assert_eq!(relay.stop(), Some(0));
 
     outbox.insert_tx(&events.rows("order-9", 0..20)).await;
-    assert_eq!(outbox.count_status(0).await, 20, "no relay: rows stay PENDING (status 0)");
+    assert_eq!(outbox.count_status(RowStatus::Pending).await, 20, "no relay: rows stay PENDING (status 0)");
 
     let collector = Collector::start(&stack.namesrv, &events.topic, &unique("seed_consumer")).await;
     let mut relay = RelayProcess::start(&stack, &options);

@@ -11,10 +11,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::collector::Collector;
+use common::events::{all_sent, assert_per_key_order, consumed_all, Events};
 use common::outbox::{Row, TestOutbox};
 use common::relay::{RelayOptions, RelayProcess};
 use common::{eventually, fresh_topic, unique, Stack};
 use mysql_async::prelude::Queryable;
+use outbox_kit::RowStatus;
 
 /// One disruption at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -69,7 +71,7 @@ async fn broker_down_marks_nothing_sent_and_everything_is_delivered_after_it_ret
     relay.wait_ready().await;
     outbox.insert_tx(&rows(&prefix, &topic, 0, 10)).await;
     eventually("the first rows SENT", Duration::from_secs(60), || async {
-        (outbox.count_status(2).await == 10).then_some(())
+        (outbox.count_status(RowStatus::Sent).await == 10).then_some(())
     })
     .await;
 
@@ -81,19 +83,23 @@ async fn broker_down_marks_nothing_sent_and_everything_is_delivered_after_it_ret
     // become SENT. Watch the table for a while (the relay retries every <= 2 s).
     let watch_until = tokio::time::Instant::now() + Duration::from_secs(8);
     while tokio::time::Instant::now() < watch_until {
-        assert_eq!(outbox.count_status(2).await, 10, "a row was marked SENT while the broker was down");
-        assert_eq!(outbox.count_status(3).await, 0, "a row was marked FAILED during a retryable outage");
+        assert_eq!(outbox.count_status(RowStatus::Sent).await, 10, "a row was marked SENT while the broker was down");
+        assert_eq!(
+            outbox.count_status(RowStatus::Failed).await,
+            0,
+            "a row was marked FAILED during a retryable outage"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
     start_broker();
     let collector = Collector::start(&stack.namesrv, &topic, &unique("outage_consumer")).await;
     eventually("all 60 rows SENT after the broker returned", Duration::from_secs(180), || async {
-        (outbox.count_status(2).await == 60).then_some(())
+        (outbox.count_status(RowStatus::Sent).await == 60).then_some(())
     })
     .await;
     collector.wait_distinct(&format!("{prefix}-"), 60, Duration::from_secs(120)).await;
-    assert!(relay.log_text().contains("retrying the same batch"), "the relay logged its retries");
+    assert!(relay.log_text().contains("holding it and retrying"), "the relay logged that it holds the batch");
     assert_eq!(relay.stop(), Some(0));
     collector.shutdown().await;
 }
@@ -110,7 +116,7 @@ async fn a_killed_binlog_connection_is_reopened_without_loss() {
     relay.wait_ready().await;
     outbox.insert_tx(&rows(&prefix, &topic, 0, 20)).await;
     eventually("the first rows SENT", Duration::from_secs(60), || async {
-        (outbox.count_status(2).await == 20).then_some(())
+        (outbox.count_status(RowStatus::Sent).await == 20).then_some(())
     })
     .await;
 
@@ -130,7 +136,7 @@ async fn a_killed_binlog_connection_is_reopened_without_loss() {
         outbox.insert_tx(&rows(&prefix, &topic, start, start + 10)).await;
     }
     eventually("all 40 rows SENT after the reconnect", Duration::from_secs(60), || async {
-        (outbox.count_status(2).await == 40).then_some(())
+        (outbox.count_status(RowStatus::Sent).await == 40).then_some(())
     })
     .await;
     collector.wait_distinct(&format!("{prefix}-"), 40, Duration::from_secs(60)).await;
@@ -152,7 +158,7 @@ async fn a_binlog_purged_while_the_relay_is_stopped_is_reported_swept_and_nothin
     relay.wait_ready().await;
     outbox.insert_tx(&rows(&prefix, &topic, 0, 20)).await;
     eventually("the first rows SENT", Duration::from_secs(60), || async {
-        (outbox.count_status(2).await == 20).then_some(())
+        (outbox.count_status(RowStatus::Sent).await == 20).then_some(())
     })
     .await;
     assert_eq!(relay.stop(), Some(0));
@@ -178,7 +184,7 @@ async fn a_binlog_purged_while_the_relay_is_stopped_is_reported_swept_and_nothin
     let mut relay = RelayProcess::start(&stack, &options);
     relay.wait_ready().await;
     eventually("all 220 rows SENT after the lost position", Duration::from_secs(60), || async {
-        (outbox.count_status(2).await == 220).then_some(())
+        (outbox.count_status(RowStatus::Sent).await == 220).then_some(())
     })
     .await;
     collector.wait_distinct(&format!("{prefix}-"), 220, Duration::from_secs(60)).await;
@@ -188,7 +194,7 @@ async fn a_binlog_purged_while_the_relay_is_stopped_is_reported_swept_and_nothin
     // Tailing resumed at the current position: new rows take the binlog path again.
     outbox.insert_tx(&rows(&prefix, &topic, 220, 230)).await;
     eventually("rows after the recovery SENT", Duration::from_secs(60), || async {
-        (outbox.count_status(2).await == 230).then_some(())
+        (outbox.count_status(RowStatus::Sent).await == 230).then_some(())
     })
     .await;
     assert_eq!(relay.stop(), Some(0));
@@ -211,79 +217,172 @@ impl Drop for BrokerOutage {
     }
 }
 
+/// Writes one row per transaction, keys round-robin over `keys`, until `stop`:
+/// per key, sequence numbers follow commit order. Returns how many it wrote.
+fn steady_load(
+    outbox: &TestOutbox,
+    events: &Events,
+    keys: usize,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<usize> {
+    let (pool, table) = (outbox.pool.clone(), outbox.table.clone());
+    let rows: Vec<Row> = (0..100_000).map(|i| events.row(&format!("key{}", i % keys), i / keys)).collect();
+    tokio::spawn(async move {
+        let outbox = TestOutbox { pool, table };
+        let mut written = 0;
+        for chunk in rows.chunks(keys) {
+            if *stop.borrow() {
+                break;
+            }
+            for row in chunk {
+                outbox.insert_tx(std::slice::from_ref(row)).await;
+            }
+            written += chunk.len();
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        written
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_broker_down_past_the_backoff_cap_books_growing_retries_then_fails_rows_never_sent() {
+async fn a_broker_outage_longer_than_the_retry_budget_fails_nothing_and_keeps_every_keys_order() {
     let _serial = SERIAL.lock().await;
     let stack = Stack::from_env();
     let outbox = TestOutbox::create(&stack).await;
-    let prefix = unique("retries");
-    let topic = fresh_topic(&stack).await;
+    let events = Events::new(&stack, "outage").await;
+    // A retry budget of about 1.4 s (200 ms doubling to 1 s, 2 retries): the outage
+    // below lasts far longer, and still nothing may become FAILED.
     let options = RelayOptions::new(outbox.name())
-        .env("OUTBOX_RELAY__MODE", "poll")
-        .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 50)
-        .env("OUTBOX_RELAY__RETRY__MAX_RETRY", 4)
-        .env("OUTBOX_RELAY__RETRY__BACKOFF_INITIAL_MS", 300)
-        .env("OUTBOX_RELAY__RETRY__BACKOFF_MAX_MS", 1_200)
-        .env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 500);
+        .env("OUTBOX_RELAY__RETRY__MAX_RETRY", 2)
+        .env("OUTBOX_RELAY__RETRY__BACKOFF_INITIAL_MS", 200)
+        .env("OUTBOX_RELAY__RETRY__BACKOFF_MAX_MS", 1_000)
+        .env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 1_000);
     let mut relay = RelayProcess::start(&stack, &options);
     relay.wait_ready().await;
-    // One event first, so the topic's lanes are up before the broker goes away.
-    outbox.insert_tx(&rows(&prefix, &topic, 0, 1)).await;
-    eventually("the first row SENT", Duration::from_secs(60), || async {
-        (outbox.count_status(2).await == 1).then_some(())
+    let (stop_load, load_stopped) = tokio::sync::watch::channel(false);
+    let load = steady_load(&outbox, &events, 50, load_stopped);
+    eventually("the first rows SENT", Duration::from_secs(60), || async {
+        (outbox.count_status(RowStatus::Sent).await >= 100).then_some(())
     })
     .await;
+
     let outage = BrokerOutage::begin().await;
-    outbox.insert_tx(&rows(&prefix, &topic, 1, 6)).await;
+    let body = relay.wait_readiness(false, Duration::from_secs(20)).await;
+    assert!(body.contains("broker"), "/readyz names the broker: {body}");
+    let sent_before = relay.metric("relay_events_sent_total");
+    let outage_ends = tokio::time::Instant::now() + Duration::from_secs(12);
+    while tokio::time::Instant::now() < outage_ends {
+        assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "a row was marked FAILED during an outage");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(relay.metric("relay_events_sent_total"), sent_before, "nothing is SEND_OK while the broker is down");
 
-    // Watch every row's retry bookkeeping until all are FAILED.
-    let seen = std::cell::RefCell::new(std::collections::BTreeMap::<(u64, u32), f64>::new());
-    eventually("the 5 rows FAILED after max_retry", Duration::from_secs(120), || async {
-        let mut conn = outbox.pool.get_conn().await.ok()?;
-        let rows: Vec<(u64, u8, u32, String)> = conn
-            .query(format!(
-                "SELECT id, status, retry_count, CAST(UNIX_TIMESTAMP(next_retry_at) AS CHAR) FROM {} WHERE status <> 2",
-                outbox.table.qualified()
-            ))
-            .await
-            .ok()?;
-        assert_eq!(outbox.count_status(2).await, 1, "a row was marked SENT while the broker was down");
-        for (id, _, retry_count, next) in &rows {
-            seen.borrow_mut().insert((*id, *retry_count), next.parse().unwrap_or(f64::NAN));
-        }
-        (rows.len() == 5 && rows.iter().all(|r| r.1 == 3)).then_some(())
+    drop(outage); // the broker is back and has answered a test send
+    let back = tokio::time::Instant::now();
+    eventually("the first SEND_OK after the broker's return", Duration::from_secs(30), || async {
+        (relay.metric("relay_events_sent_total") > sent_before).then_some(())
     })
     .await;
-    drop(outage);
-    let seen = seen.into_inner();
+    let resumed = back.elapsed();
+    println!("sending resumed {:.2} s after the broker accepted messages again", resumed.as_secs_f64());
+    assert!(resumed < Duration::from_secs(5), "sending resumed only {resumed:?} after the broker's return");
 
-    // next_retry_at moved on by at least the configured delay each time: 0.6, 1.2, 1.2 s
-    // after the 2nd, 3rd and 4th failures (0.3 s after the 1st).
-    let expected_gap = |retry_count: u32| [0.0, 0.3, 0.6, 1.2, 1.2][retry_count as usize];
-    let mut gaps_checked = 0;
-    for (&(id, count), &next) in &seen {
-        if let Some(&previous) = seen.get(&(id, count.wrapping_sub(1))).filter(|_| (2..=4).contains(&count)) {
-            assert!(
-                next - previous >= expected_gap(count) - 0.01,
-                "row {id}: retry {count} due {:.3}s after retry {}, expected >= {}",
-                next - previous,
-                count - 1,
-                expected_gap(count)
-            );
-            gaps_checked += 1;
-        }
-    }
-    assert!(gaps_checked >= 5, "saw the bookkeeping of several retries: {seen:?}");
-    let mut conn = outbox.pool.get_conn().await.expect("conn");
-    let failed: Vec<(u32, String)> = conn
-        .query(format!("SELECT retry_count, last_error FROM {} WHERE status = 3", outbox.table.qualified()))
-        .await
-        .expect("failed rows");
-    assert_eq!(failed.len(), 5);
-    for (retry_count, last_error) in failed {
-        assert_eq!(retry_count, 5, "1 attempt + 4 retries, then FAILED");
-        assert!(last_error.starts_with("gave up after 4 retries"), "readable last_error: {last_error}");
-    }
-    assert_eq!(relay.metric("relay_events_failed_total"), 5.0);
+    stop_load.send(true).expect("stop the load");
+    let written = load.await.expect("load");
+    all_sent(&outbox, written, Duration::from_secs(120)).await;
+    assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "no row FAILED");
+    relay.wait_readiness(true, Duration::from_secs(30)).await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("outage_consumer")).await;
+    let deliveries = consumed_all(&collector, &events, written, Duration::from_secs(120)).await;
+    assert_per_key_order(&stack, &events.topic, &deliveries).await;
     assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
+
+/// Removes `topic` from the stopped broker's stored topic table, so it starts without it.
+fn forget_topic(topic: &str) {
+    let state = std::env::var("OUTBOX_RELAY_TEST_STACK").expect("OUTBOX_RELAY_TEST_STACK");
+    let path = PathBuf::from(state).join("rocketmq/store/config/topics.json");
+    let text = std::fs::read_to_string(&path).expect("the broker's topics.json");
+    let mut table: serde_json::Value = serde_json::from_str(&text).expect("topics.json is JSON");
+    let removed = table["topicConfigTable"].as_object_mut().and_then(|t| t.remove(topic));
+    assert!(removed.is_some(), "{topic} was in the broker's topic table");
+    std::fs::write(&path, table.to_string()).expect("write topics.json");
+    let _ = std::fs::remove_file(path.with_extension("json.bak"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_topic_deleted_under_load_is_held_and_flows_again_once_created() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "deleted").await;
+    let options = RelayOptions::new(outbox.name())
+        .env(&format!("OUTBOX_RELAY__ROCKETMQ__TOPICS__{}__QUEUE_COUNT", events.topic), 8)
+        .env("OUTBOX_RELAY__RETRY__MAX_RETRY", 1)
+        .env("OUTBOX_RELAY__RETRY__BACKOFF_MAX_MS", 500);
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    let (stop_load, load_stopped) = tokio::sync::watch::channel(false);
+    let load = steady_load(&outbox, &events, 10, load_stopped);
+    eventually("the first rows SENT", Duration::from_secs(60), || async {
+        (outbox.count_status(RowStatus::Sent).await >= 50).then_some(())
+    })
+    .await;
+
+    // The broker comes back without the topic.
+    stop_broker().await;
+    forget_topic(&events.topic);
+    start_broker();
+    let body = eventually("/readyz naming the missing topic", Duration::from_secs(30), || async {
+        let body = relay.http_get("/readyz");
+        (body.starts_with("HTTP/1.0 503") && body.contains(&events.topic)).then_some(body)
+    })
+    .await;
+    assert!(body.contains("held"), "the topic's events are held: {body}");
+    let watch_until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tokio::time::Instant::now() < watch_until {
+        assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "a row FAILED while its topic was missing");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    outbox_relay::admin::create_topic(&stack.namesrv, "DefaultCluster", &events.topic, 8)
+        .await
+        .expect("create the topic again");
+    stop_load.send(true).expect("stop the load");
+    let written = load.await.expect("load");
+    all_sent(&outbox, written, Duration::from_secs(120)).await;
+    assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "no row FAILED");
+    relay.wait_readiness(true, Duration::from_secs(30)).await;
+    assert_eq!(relay.stop(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_sweep_with_a_flapping_broker_keeps_every_keys_order() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "flapping").await;
+    // Committed before the relay's first start: all of it goes through the full sweep.
+    let rows: Vec<Row> = (0..20_000).map(|i| events.row(&format!("key{}", i % 50), i / 50)).collect();
+    for chunk in rows.chunks(1_000) {
+        outbox.insert_tx(chunk).await;
+    }
+    let options = RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__LANES__MAX_IN_FLIGHT", 2_000);
+    let mut relay = RelayProcess::start(&stack, &options);
+    // The broker is away for about a third of the time while the sweep drains.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let outage = BrokerOutage::begin().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(outage);
+    }
+    all_sent(&outbox, 20_000, Duration::from_secs(300)).await;
+    assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "no row FAILED");
+    assert!(relay.metric("relay_sweep_claimed_total") >= 20_000.0, "the sweep delivered them");
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("flapping_consumer")).await;
+    let deliveries = consumed_all(&collector, &events, 20_000, Duration::from_secs(300)).await;
+    assert_per_key_order(&stack, &events.topic, &deliveries).await;
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
 }

@@ -77,7 +77,7 @@ async fn migrate_twice_is_a_no_op_and_upgrades_a_seed_shaped_table() {
     .await
     .expect("seed table");
     let report = migrate(&pool, &seed).await.expect("migrate seed table");
-    assert_eq!(report.added, ["owner", "msg_id", "sent_at", "last_error", "idx_claim"]);
+    assert_eq!(report.added, ["owner", "msg_id", "sent_at", "last_error", "idx_claim", "idx_key_order"]);
 }
 
 #[tokio::test]

@@ -14,6 +14,7 @@ use common::outbox::TestOutbox;
 use common::relay::{RelayOptions, RelayProcess};
 use common::{eventually, unique, Stack};
 use mysql_async::prelude::Queryable;
+use outbox_kit::RowStatus;
 
 /// A replication user of this test alone, so revoking its grant disturbs no other test.
 struct ReplUser {
@@ -158,7 +159,7 @@ async fn sigterm_under_load_drains_checkpoints_and_leaves_nothing_behind() {
         }
     });
     eventually("the first rows SENT", Duration::from_secs(60), || async {
-        (outbox.count_status(2).await >= 200).then_some(())
+        (outbox.count_status(RowStatus::Sent).await >= 200).then_some(())
     })
     .await;
     let stopping = tokio::time::Instant::now();
@@ -168,7 +169,7 @@ async fn sigterm_under_load_drains_checkpoints_and_leaves_nothing_behind() {
     for line in ["final checkpoint written", "every relay task has stopped", "RocketMQ producer shut down"] {
         assert!(log.contains(line), "the log says {line:?}:\n{log}");
     }
-    assert_eq!(outbox.count_status(1).await, 0, "no row left SENDING");
+    assert_eq!(outbox.count_status(RowStatus::Sending).await, 0, "no row left SENDING");
     writer.await.expect("writer");
 
     // The checkpoint was at the last acknowledged transaction: a restart sends the

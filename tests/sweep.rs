@@ -14,9 +14,7 @@ use common::outbox::{Row, TestOutbox};
 use common::relay::{RelayOptions, RelayProcess};
 use common::{eventually, fresh_topic, unique, Stack};
 use mysql_async::prelude::Queryable;
-
-const SENDING: u8 = 1;
-const FAILED: u8 = 3;
+use outbox_kit::RowStatus;
 
 /// A relay in poll mode sweeping every `interval_ms`.
 fn poll_mode(table: &str, interval_ms: u64) -> RelayOptions {
@@ -74,7 +72,7 @@ async fn three_sweepers_never_send_a_row_twice_and_a_killed_sweepers_rows_return
             .env("OUTBOX_RELAY__SWEEP__LEASE_MS", 8_000),
     );
     eventually("sweeper A to claim all 200 rows", Duration::from_secs(60), || async {
-        (outbox.count_status(SENDING).await == 200).then_some(())
+        (outbox.count_status(RowStatus::Sending).await == 200).then_some(())
     })
     .await;
     a.kill();
@@ -120,7 +118,7 @@ async fn three_sweepers_never_send_a_row_twice_and_a_killed_sweepers_rows_return
     let total = 200 + 30 * 100;
     all_sent(&outbox, total, Duration::from_secs(120)).await;
 
-    assert_eq!(outbox.count_status(SENDING).await, 0, "no row left SENDING");
+    assert_eq!(outbox.count_status(RowStatus::Sending).await, 0, "no row left SENDING");
     assert_eq!(stored_on_broker(&stack, &events.topic).await, total as i64, "every row stored exactly once");
     // They competed: the optimistic one may lose every race to the locking ones, but
     // rows were claimed by more than one sweeper.
@@ -227,8 +225,9 @@ async fn a_missing_topic_and_an_oversized_payload_fail_at_once_while_other_event
         let mut conn = outbox.pool.get_conn().await.ok()?;
         let failed: Vec<(String, u32, String)> = conn
             .query(format!(
-                "SELECT biz_key, retry_count, last_error FROM {} WHERE status = {FAILED} ORDER BY biz_key",
-                outbox.table.qualified()
+                "SELECT biz_key, retry_count, last_error FROM {} WHERE status = {} ORDER BY biz_key",
+                outbox.table.qualified(),
+                RowStatus::Failed.code()
             ))
             .await
             .ok()?;
@@ -246,7 +245,7 @@ async fn a_missing_topic_and_an_oversized_payload_fail_at_once_while_other_event
     assert!(lost_error.contains(&missing_topic) && lost_error.contains("does not exist"), "readable: {lost_error}");
     let deliveries = consumed_all(&collector, &events, 40, Duration::from_secs(60)).await;
     assert!(deliveries.iter().all(|d| d.biz_key.starts_with('k')), "only the good events were delivered");
-    assert_eq!(outbox.count_status(2).await, 40, "every other event SENT");
+    assert_eq!(outbox.count_status(RowStatus::Sent).await, 40, "every other event SENT");
     assert!(relay.metric("relay_events_failed_total") >= 2.0, "the alert metric counts them");
     assert_eq!(relay.stop(), Some(0));
     collector.shutdown().await;
@@ -271,7 +270,7 @@ async fn poll_mode_alone_delivers_everything_in_key_order_with_the_seeds_paramet
     all_sent(&outbox, 1_000, Duration::from_secs(120)).await;
     let deliveries = consumed_all(&collector, &events, 1_000, Duration::from_secs(60)).await;
     assert_per_key_order(&stack, &events.topic, &deliveries).await;
-    assert_eq!(outbox.count_status(SENDING).await, 0);
+    assert_eq!(outbox.count_status(RowStatus::Sending).await, 0);
     assert!(!relay.log_text().contains("tailing binlog"), "poll mode never touches the binlog");
     assert_eq!(relay.stop(), Some(0));
     collector.shutdown().await;

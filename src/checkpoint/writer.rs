@@ -1,18 +1,22 @@
-//! The one task that writes checkpoints: RocksDB first (synced, on a blocking
-//! thread so the async workers never wait for the disk), then the mirror row on the
-//! primary.
+//! The one task that writes checkpoints to RocksDB (synced, on a blocking thread so
+//! the async workers never wait for the disk), and the task that copies each one to
+//! the mirror row on the primary.
 //!
 //! Requests are taken in order and coalesced (only the newest of those waiting is
-//! written), so neither the local checkpoint nor the mirror can ever go backwards.
+//! written), so the local checkpoint never goes backwards. The mirror task takes the
+//! newest durable checkpoint from a watch channel, so it never goes backwards either,
+//! and a slow or hung primary delays only the mirror, never the local checkpoint or
+//! the shutdown.
 //! A caller that must know its checkpoint is durable before it goes on (a topic's
 //! queue count pinned before its first send) waits for [`CheckpointWriter::save_now`].
 //! A RocksDB write that fails ends the task with the error: the relay stops (exit 5)
 //! rather than publish on without a durable position. A failed mirror write is logged
 //! and written again with the next checkpoint.
 
+use std::future::Future;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{Checkpoint, CheckpointError, CheckpointStore, Mirror};
 
@@ -34,13 +38,15 @@ pub(crate) struct CheckpointWriter {
 pub struct WriterStopped;
 
 impl CheckpointWriter {
-    /// The writer task's handle and its loop (to be spawned by the supervisor).
+    /// The writer's handle, its loop and the mirror's loop (both to be spawned by
+    /// the supervisor). The mirror loop ends after the writer's.
     pub(crate) fn start(
         store: CheckpointStore,
         mirror: Mirror,
-    ) -> (Self, impl std::future::Future<Output = Result<(), CheckpointError>>) {
+    ) -> (Self, impl Future<Output = Result<(), CheckpointError>>, impl Future<Output = ()>) {
         let (requests, input) = mpsc::unbounded_channel();
-        (Self { requests }, run(Arc::new(store), mirror, input))
+        let (durable, newest) = watch::channel(None);
+        (Self { requests }, write(Arc::new(store), input, durable), copy_to_mirror(mirror, newest))
     }
 
     /// Queues `checkpoint`; it is written soon, unless a newer one supersedes it.
@@ -58,10 +64,10 @@ impl CheckpointWriter {
 }
 
 /// Writes requests until every handle is dropped; the last request is written too.
-async fn run(
+async fn write(
     store: Arc<CheckpointStore>,
-    mirror: Mirror,
     mut input: mpsc::UnboundedReceiver<SaveRequest>,
+    durable: watch::Sender<Option<Checkpoint>>,
 ) -> Result<(), CheckpointError> {
     while let Some(first) = input.recv().await {
         let mut newest = first.checkpoint;
@@ -77,9 +83,17 @@ async fn run(
         for saved in waiting {
             let _ = saved.send(());
         }
-        if let Err(error) = mirror.save(&newest).await {
+        durable.send_replace(Some(newest));
+    }
+    Ok(())
+}
+
+/// Copies the newest durable checkpoint to the mirror row until the writer ends.
+async fn copy_to_mirror(mirror: Mirror, mut newest: watch::Receiver<Option<Checkpoint>>) {
+    while newest.changed().await.is_ok() {
+        let Some(checkpoint) = newest.borrow_and_update().clone() else { continue };
+        if let Err(error) = mirror.save(&checkpoint).await {
             tracing::warn!(%error, "cannot mirror the checkpoint to outbox_relay_checkpoint; the next checkpoint retries");
         }
     }
-    Ok(())
 }

@@ -150,13 +150,28 @@ pub struct LanesConfig {
     pub max_in_flight_bytes: usize,
 }
 
-/// Retry and backoff for sends that did not get SEND_OK.
+/// Retry and backoff for sends that failed for an unknown reason (outages are
+/// waited out without counting; events the broker can never take fail at once).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetryConfig {
     pub max_retry: u32,
     pub backoff_initial_ms: u64,
     pub backoff_max_ms: u64,
+    /// What a FAILED event means for the later events of its key.
+    pub failed_key_policy: FailedKeyPolicy,
+}
+
+/// What a FAILED event means for the later events of its business key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailedKeyPolicy {
+    /// Later events are not sent until an operator requeues or skips the FAILED one:
+    /// the key's order is kept; the key waits for a person.
+    Hold,
+    /// Later events flow; the FAILED one waits for an operator and, once requeued,
+    /// arrives after them.
+    Continue,
 }
 
 /// The polling sweep (fallback in binlog mode, the whole relay in poll mode).
@@ -263,7 +278,12 @@ impl Default for LanesConfig {
 
 impl Default for RetryConfig {
     fn default() -> Self {
-        Self { max_retry: 8, backoff_initial_ms: 1_000, backoff_max_ms: 300_000 }
+        Self {
+            max_retry: 8,
+            backoff_initial_ms: 1_000,
+            backoff_max_ms: 300_000,
+            failed_key_policy: FailedKeyPolicy::Hold,
+        }
     }
 }
 

@@ -2,34 +2,45 @@
 //!
 //! Events of a queue arrive in source order; the lane sends them in synchronous
 //! batches (up to `batch_size` events and the broker's size limit, waiting at most
-//! `linger` to fill one). A batch holds events of one retry kind:
-//! - binlog events are retried in place, with exponential backoff, so nothing behind
-//!   them overtakes them (per-key order); after `max_retry` failed retries they are
-//!   written FAILED and the lane moves on;
-//! - swept rows get one attempt; a failure books the retry in the table
-//!   (`retry_count`, `next_retry_at`) and the sweep claims them again when due, so one
-//!   bad row cannot hold its queue (the seed: "back to polling, not waiting in place").
+//! `linger` to fill one). What happens when a batch is not confirmed depends on what
+//! the failure says (see `rocketmq::ErrorClass`):
+//! - the broker cannot take anything now (an outage): the lane holds the batch and
+//!   sends it again, probing every few seconds at most and at once when a new
+//!   producer took over, for as long as it takes. Nothing behind it overtakes it, no
+//!   attempt is counted and no event becomes FAILED;
+//! - an event can never be sent (too large, illegal): a batch is split in halves
+//!   until the bad events are alone; each fails by itself, the others go out;
+//! - unknown: binlog events are retried in place with exponential backoff and fail
+//!   after `max_retry` retries; swept rows book their retry in the table instead, so
+//!   one bad row cannot hold its queue.
 //!
-//! Non-retryable errors are FAILED at once. Every event ends in exactly one report.
+//! With `failed_key_policy = "hold"`, an event whose key has a FAILED event is not
+//! sent: it stays PENDING until an operator releases the key. Every event ends in
+//! exactly one report.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use tokio::sync::mpsc;
 
-use super::outcome::{Attempts, LaneEvent, Target};
+use super::held::HeldKeys;
+use super::outcome::{Attempts, LaneEvent};
 use super::recorder::Recorder;
 use crate::backoff::{Backoff, NextAttempt};
-use crate::event::OutboxEvent;
+use crate::config::FailedKeyPolicy;
 use crate::fault;
 use crate::health::{Health, Part};
 use crate::metrics::RelayMetrics;
-use crate::rocketmq::{check_size, prepare, Producer, PublishError, Retry};
+use crate::rocketmq::{check_size, prepare, ErrorClass, Prepared, PublishError, Publisher};
 
 /// Per-message overhead assumed when sizing a batch (properties, headers).
 const MESSAGE_OVERHEAD: usize = 512;
+
+/// How often a lane tries again while the broker cannot take anything: from 200 ms
+/// up to 2 s, so sending resumes within seconds of the broker's return.
+const OUTAGE_PROBE: Backoff = Backoff { initial: Duration::from_millis(200), max: Duration::from_secs(2) };
 
 /// Batching and retry settings of every lane.
 #[derive(Debug, Clone)]
@@ -40,17 +51,29 @@ pub struct LaneSettings {
     pub max_message_bytes: usize,
     pub max_retry: u32,
     pub backoff: Backoff,
+    pub failed_key_policy: FailedKeyPolicy,
 }
 
 /// One queue's sender.
 pub struct Lane {
     pub queue: MessageQueue,
-    pub producer: Arc<Producer>,
+    pub publisher: Arc<Publisher>,
     pub settings: Arc<LaneSettings>,
     pub recorder: Recorder,
     pub metrics: RelayMetrics,
     /// Where a broker that does not confirm this lane's sends is reported.
     pub health: Health,
+    pub held: HeldKeys,
+}
+
+/// How one attempt at a part of a batch ended.
+enum PartEnd {
+    /// Every event of the part was reported.
+    Done,
+    /// The broker refused the part because of some event in it: try the halves.
+    Split(Vec<LaneEvent>, Vec<LaneEvent>),
+    /// Shutdown or the coordinator is gone.
+    Stopped,
 }
 
 impl Lane {
@@ -95,69 +118,162 @@ impl Lane {
         batch
     }
 
-    /// Sends one batch to its end (SEND_OK, FAILED or deferred). `false` when shut down meanwhile.
+    /// Takes one batch to its end, part by part in order. `false` when stopped meanwhile.
     async fn deliver(&self, batch: Vec<LaneEvent>) -> bool {
-        let (sendable, oversized): (Vec<LaneEvent>, Vec<LaneEvent>) =
-            batch.into_iter().partition(|e| check_size(&e.event, self.settings.max_message_bytes).is_ok());
-        for event in oversized {
-            let reason = check_size(&event.event, self.settings.max_message_bytes)
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default();
-            if !self.recorder.fail(&[Target::of(&event)], &reason).await {
-                return false;
+        let mut parts: VecDeque<Vec<LaneEvent>> = self.oversized_apart(batch).into();
+        while let Some(part) = parts.pop_front() {
+            let Some(part) = self.leave_held(part).await else { return false };
+            if part.is_empty() {
+                continue;
+            }
+            match self.send_part(part).await {
+                PartEnd::Done => {}
+                PartEnd::Split(first, second) => {
+                    parts.push_front(second);
+                    parts.push_front(first);
+                }
+                PartEnd::Stopped => return false,
             }
         }
-        if sendable.is_empty() {
-            return true;
+        true
+    }
+
+    /// The batch in order, with every event over the broker's size limit in a part of its own.
+    fn oversized_apart(&self, batch: Vec<LaneEvent>) -> Vec<Vec<LaneEvent>> {
+        let mut parts: Vec<Vec<LaneEvent>> = Vec::new();
+        for event in batch {
+            match parts.last_mut() {
+                Some(run) if self.fits(&event) && run.first().is_some_and(|e| self.fits(e)) => run.push(event),
+                _ => parts.push(vec![event]),
+            }
         }
-        let targets: Vec<Target> = sendable.iter().map(Target::of).collect();
-        let events: Vec<OutboxEvent> = sendable.into_iter().map(|e| e.event).collect();
-        let batch = match prepare(&events) {
+        parts
+    }
+
+    fn fits(&self, event: &LaneEvent) -> bool {
+        check_size(&event.event, self.settings.max_message_bytes).is_ok()
+    }
+
+    /// Reports the events of held keys as held; returns the rest (`None` when stopped).
+    async fn leave_held(&self, part: Vec<LaneEvent>) -> Option<Vec<LaneEvent>> {
+        if self.settings.failed_key_policy != FailedKeyPolicy::Hold {
+            return Some(part);
+        }
+        let (held, free): (Vec<LaneEvent>, Vec<LaneEvent>) =
+            part.into_iter().partition(|e| self.held.is_held(&e.event.topic, &e.event.biz_key));
+        if !held.is_empty() {
+            tracing::warn!(
+                events = held.len(),
+                first_id = held[0].event.id,
+                "events of held keys left PENDING until their FAILED event is requeued or skipped"
+            );
+            if !self.recorder.hold(&held).await {
+                return None;
+            }
+        }
+        Some(free)
+    }
+
+    /// Sends one part until it has ended.
+    async fn send_part(&self, part: Vec<LaneEvent>) -> PartEnd {
+        if let Some(error) = part.first().and_then(|e| check_size(&e.event, self.settings.max_message_bytes).err()) {
+            return self.event_failure(part, &error).await;
+        }
+        let batch = match prepare(part.iter().map(|e| &e.event)) {
             Ok(batch) => batch,
-            Err(error) => return self.recorder.fail(&targets, &error.to_string()).await,
+            Err(error) => return self.event_failure(part, &error).await,
         };
-        let mut failures = 0u32;
+        let mut outages = 0u32;
+        let mut unknown = 0u32;
         loop {
-            let error = match self.producer.send(&self.queue, &batch).await {
-                Ok(receipt) => {
-                    self.health.clear(&self.part());
-                    fault::lane_sent(targets.len());
-                    return self.recorder.sent(&targets, receipt.msg_ids);
-                }
+            let error = match self.try_send(&part, &batch).await {
+                Ok(end) => return end,
                 Err(error) => error,
             };
-            if error.retry() == Retry::NonRetryable {
-                tracing::error!(queue = self.queue.queue_id(), topic = %self.queue.topic(), %error, events = events.len(), "non-retryable send error: marking FAILED");
-                return self.recorder.fail(&targets, &error.to_string()).await;
-            }
-            self.health.problem(
-                self.part(),
-                format!(
-                    "broker: sends to {} queue {} are not confirmed: {error}",
-                    self.queue.topic(),
-                    self.queue.queue_id()
-                ),
-            );
-            if targets.first().is_some_and(|t| t.attempts != Attempts::InPlace) {
-                return self.book_retries(&targets, &error).await;
-            }
-            match self.settings.backoff.after_failure(failures, self.settings.max_retry) {
-                NextAttempt::GiveUp { attempts } => {
-                    let reason = format!("gave up after {attempts} attempts: {error}");
-                    tracing::error!(queue = self.queue.queue_id(), topic = %self.queue.topic(), %reason, "marking FAILED");
-                    return self.recorder.fail(&targets, &reason).await;
+            self.metrics.retry(error.class());
+            let go_on = match error.class() {
+                ErrorClass::Event => return self.event_failure(part, &error).await,
+                ErrorClass::Outage => {
+                    outages += 1;
+                    self.wait_out_outage(&error, outages).await
                 }
-                NextAttempt::RetryIn(delay) => {
-                    failures += 1;
-                    self.metrics.send_retries.inc();
-                    tracing::warn!(queue = self.queue.queue_id(), topic = %self.queue.topic(), attempt = failures, retry_in = ?delay, %error, "send not confirmed; retrying the same batch");
-                    if !self.recorder.wait(delay).await {
-                        return false;
+                ErrorClass::Unknown if part[0].swept() => return self.book_retries(part, &error).await,
+                ErrorClass::Unknown => match self.settings.backoff.after_failure(unknown, self.settings.max_retry) {
+                    NextAttempt::GiveUp { attempts } => {
+                        return self.give_up(part, &format!("gave up after {attempts} attempts: {error}")).await
                     }
-                }
+                    NextAttempt::RetryIn(delay) => {
+                        unknown += 1;
+                        tracing::warn!(queue = self.queue.queue_id(), topic = %self.queue.topic(), attempt = unknown, retry_in = ?delay, %error, "send failed for an unknown reason; retrying the same batch");
+                        self.recorder.wait(delay).await
+                    }
+                },
+            };
+            if !go_on {
+                return PartEnd::Stopped;
             }
         }
+    }
+
+    /// One send; `Ok` when the part has ended (sent and reported).
+    async fn try_send(&self, part: &[LaneEvent], batch: &Prepared) -> Result<PartEnd, PublishError> {
+        let receipt = self.publisher.send(&self.queue, batch).await?;
+        self.publisher.confirmed();
+        self.health.clear(&self.part());
+        fault::lane_sent(part.len());
+        Ok(if self.recorder.sent(part, receipt.msg_ids) { PartEnd::Done } else { PartEnd::Stopped })
+    }
+
+    /// Waits before the next attempt in an outage: the probe delay, or less if a new
+    /// producer takes over meanwhile. `false` when shut down.
+    async fn wait_out_outage(&self, error: &PublishError, attempt: u32) -> bool {
+        let mut renewals = self.publisher.renewals();
+        if error.unreachable() {
+            self.publisher.unreachable();
+        }
+        self.health.problem(
+            self.part(),
+            format!(
+                "broker: sends to {} queue {} are not confirmed (held, retrying): {error}",
+                self.queue.topic(),
+                self.queue.queue_id()
+            ),
+        );
+        if attempt % 50 == 1 {
+            tracing::warn!(queue = self.queue.queue_id(), topic = %self.queue.topic(), attempt, %error, "broker cannot take the batch now; holding it and retrying");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(OUTAGE_PROBE.delay(attempt)) => true,
+            changed = renewals.changed() => changed.is_ok(),
+            () = self.recorder.shutdown.cancelled() => false,
+        }
+    }
+
+    /// An event-class refusal: halves of a larger part are tried on their own; a
+    /// single event fails.
+    async fn event_failure(&self, mut part: Vec<LaneEvent>, error: &PublishError) -> PartEnd {
+        if part.len() > 1 {
+            let second = part.split_off(part.len() / 2);
+            return PartEnd::Split(part, second);
+        }
+        tracing::error!(queue = self.queue.queue_id(), topic = %self.queue.topic(), %error, "an event the broker can never take: marking it FAILED");
+        self.give_up(part, &error.to_string()).await
+    }
+
+    /// Marks `part` FAILED, then (hold policy) holds its keys. In that order, so a
+    /// refresh of the held keys from the table never forgets one: the key is either
+    /// held after the refresh began or already FAILED in the table it reads.
+    async fn give_up(&self, part: Vec<LaneEvent>, reason: &str) -> PartEnd {
+        self.health.clear(&self.part());
+        if !self.recorder.fail(&part, reason).await {
+            return PartEnd::Stopped;
+        }
+        if self.settings.failed_key_policy == FailedKeyPolicy::Hold {
+            for event in &part {
+                self.held.hold((event.event.topic.clone(), event.event.biz_key.clone()));
+            }
+        }
+        PartEnd::Done
     }
 
     /// This lane's name in the health record.
@@ -165,39 +281,40 @@ impl Lane {
         Part::Lane(self.queue.topic().to_string(), self.queue.queue_id())
     }
 
-    /// Swept rows after their one attempt: each goes back to PENDING with its next
-    /// retry time, or FAILED when its retries are used up.
-    async fn book_retries(&self, targets: &[Target], error: &PublishError) -> bool {
-        let mut later: BTreeMap<Duration, Vec<Target>> = BTreeMap::new();
+    /// Swept rows after an attempt that failed for an unknown reason: each goes back
+    /// to PENDING with its next retry time, or FAILED when its retries are used up.
+    async fn book_retries(&self, part: Vec<LaneEvent>, error: &PublishError) -> PartEnd {
+        let mut later: BTreeMap<Duration, Vec<LaneEvent>> = BTreeMap::new();
         let mut give_up = Vec::new();
-        for target in targets {
-            let Attempts::Once { failures_before } = target.attempts else { continue };
+        for event in part {
+            let Attempts::Once { failures_before } = event.attempts else { continue };
             match self.settings.backoff.after_failure(failures_before, self.settings.max_retry) {
-                NextAttempt::RetryIn(delay) => later.entry(delay).or_default().push(*target),
-                NextAttempt::GiveUp { .. } => give_up.push(*target),
+                NextAttempt::RetryIn(delay) => later.entry(delay).or_default().push(event),
+                NextAttempt::GiveUp { .. } => give_up.push(event),
             }
         }
-        self.metrics.send_retries.inc();
-        tracing::warn!(queue = self.queue.queue_id(), topic = %self.queue.topic(), %error, rescheduled = targets.len() - give_up.len(), failed = give_up.len(), "swept rows not confirmed; retries booked in the table");
+        tracing::warn!(queue = self.queue.queue_id(), topic = %self.queue.topic(), %error, failed = give_up.len(), "swept rows not confirmed for an unknown reason; retries booked in the table");
         for (delay, group) in later {
-            if !self.recorder.defer(&group, delay, &format!("send not confirmed, retry in {delay:?}: {error}")).await {
-                return false;
+            if !self.recorder.defer(&group, delay, &format!("send failed, retry in {delay:?}: {error}")).await {
+                return PartEnd::Stopped;
             }
         }
-        let reason = format!("gave up after {} retries: {error}", self.settings.max_retry);
-        give_up.is_empty() || self.recorder.fail(&give_up, &reason).await
+        if give_up.is_empty() {
+            return PartEnd::Done;
+        }
+        self.give_up(give_up, &format!("gave up after {} retries: {error}", self.settings.max_retry)).await
     }
 }
 
 /// Fails every event that arrives on `input` with `reason`: the lane of a topic that
-/// cannot be sent to at all (it does not exist on the cluster).
+/// does not exist on the cluster and is not in the configuration.
 pub async fn run_failing(mut input: mpsc::UnboundedReceiver<LaneEvent>, reason: String, recorder: Recorder) {
     while let Some(first) = input.recv().await {
-        let mut targets = vec![Target::of(&first)];
+        let mut events = vec![first];
         while let Ok(next) = input.try_recv() {
-            targets.push(Target::of(&next));
+            events.push(next);
         }
-        if !recorder.fail(&targets, &reason).await {
+        if !recorder.fail(&events, &reason).await {
             return;
         }
     }

@@ -1,11 +1,13 @@
-//! The lanes: one ordered sender per queue ([`lane`]), and how each event's end is
-//! made durable before it is reported ([`recorder`]). The coordinator routes events
-//! in and takes the [`outcome`]s back.
+//! The lanes: one ordered sender per queue ([`lane`]), how each event's end is made
+//! durable before it is reported ([`recorder`]), and the keys held behind a FAILED
+//! event ([`held`]). The coordinator routes events in and takes the [`outcome`]s back.
 
+mod held;
 mod lane;
 mod outcome;
 mod recorder;
 
+pub(crate) use held::HeldKeys;
 pub(crate) use lane::{run_failing, Lane, LaneSettings};
 pub(crate) use outcome::{Attempts, LaneEvent, LaneReport, Outcome};
 pub(crate) use recorder::Recorder;

@@ -4,6 +4,7 @@
 use std::time::SystemTime;
 
 use crate::event::OutboxEvent;
+use crate::store::RowKey;
 
 /// An event on its way to a lane, tagged with its source batch.
 #[derive(Debug)]
@@ -36,8 +37,12 @@ pub enum Outcome {
     Sent { msg_id: String, at: SystemTime },
     /// Durably marked FAILED in the outbox table.
     Failed,
-    /// A swept row whose attempt failed: durably back to PENDING with its next retry time.
+    /// A swept row whose attempt failed for an unknown reason: durably back to
+    /// PENDING with its next retry time.
     Deferred,
+    /// Not sent because an earlier event of its key is FAILED and the key is held:
+    /// the row is (back to) PENDING, for the sweep once an operator releases the key.
+    Held,
 }
 
 /// The end of one event, sent back to the coordinator.
@@ -45,20 +50,23 @@ pub enum Outcome {
 pub struct LaneReport {
     pub tx_seq: u64,
     pub id: u64,
+    pub event_id: String,
     pub outcome: Outcome,
 }
 
-/// One event a lane is responsible for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Target {
-    pub tx_seq: u64,
-    /// The outbox row's id.
-    pub id: u64,
-    pub attempts: Attempts,
-}
+impl LaneEvent {
+    /// Which row it is, for write-backs.
+    pub fn row(&self) -> RowKey<'_> {
+        RowKey { id: self.event.id, event_id: &self.event.event_id }
+    }
 
-impl Target {
-    pub fn of(event: &LaneEvent) -> Self {
-        Self { tx_seq: event.tx_seq, id: event.event.id, attempts: event.attempts }
+    /// The report of its `outcome`.
+    pub fn report(&self, outcome: Outcome) -> LaneReport {
+        LaneReport { tx_seq: self.tx_seq, id: self.event.id, event_id: self.event.event_id.clone(), outcome }
+    }
+
+    /// Whether it came from the sweep (claimed, leased) rather than the binlog.
+    pub fn swept(&self) -> bool {
+        matches!(self.attempts, Attempts::Once { .. })
     }
 }

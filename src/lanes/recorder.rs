@@ -1,20 +1,22 @@
 //! How a lane's events end, made durable before they are reported.
 //!
-//! FAILED rows and booked retries are written to the primary first (the database is
-//! retried until it answers), then reported to the coordinator. So the checkpoint
-//! never passes an event that is neither on the broker nor visible in the table as
-//! FAILED or PENDING-with-a-retry-time. SENT rows are reported at once: their
-//! write-back is batched later, and a lost one only means a duplicate.
+//! FAILED rows, booked retries and released claims are written to the primary first
+//! (the database is retried until it answers), then reported to the coordinator. So
+//! the checkpoint never passes an event that is neither on the broker nor visible in
+//! the table as FAILED or PENDING. SENT rows are reported at once: their write-back is
+//! batched later, and a lost one only means a duplicate. Every write names the row by
+//! id and event_id.
 
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
+use outbox_kit::RowStatus;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::outcome::{LaneReport, Outcome, Target};
+use super::outcome::{LaneEvent, LaneReport, Outcome};
 use crate::backoff::Backoff;
-use crate::store::{ClaimStore, StatusStore};
+use crate::store::{ClaimStore, RowKey, StatusStore};
 
 /// The lanes' way to record outcomes; cheap to clone.
 #[derive(Clone)]
@@ -28,37 +30,42 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Reports SEND_OK with each target's message id. `false` when the coordinator is gone.
-    pub fn sent(&self, targets: &[Target], msg_ids: Vec<String>) -> bool {
+    /// Reports SEND_OK with each event's message id. `false` when the coordinator is gone.
+    pub fn sent(&self, events: &[LaneEvent], msg_ids: Vec<String>) -> bool {
         let at = SystemTime::now();
-        let reports = targets
-            .iter()
-            .zip(msg_ids)
-            .map(|(t, msg_id)| LaneReport { tx_seq: t.tx_seq, id: t.id, outcome: Outcome::Sent { msg_id, at } })
-            .collect();
+        let reports = events.iter().zip(msg_ids).map(|(e, msg_id)| e.report(Outcome::Sent { msg_id, at })).collect();
         self.reports.send(reports).is_ok()
     }
 
     /// Writes FAILED with `reason`, then reports. `false` when shut down first.
-    pub async fn fail(&self, targets: &[Target], reason: &str) -> bool {
-        let ids = ids(targets);
-        if !self.until_recorded("FAILED", || self.status.mark_failed(&ids, reason)).await {
+    pub async fn fail(&self, events: &[LaneEvent], reason: &str) -> bool {
+        let rows = rows(events);
+        if !self.until_recorded("FAILED", || self.status.mark_failed(&rows, reason)).await {
             return false;
         }
         tracing::error!(
-            events = ids.len(),
-            first_id = ids.first().copied().unwrap_or_default(),
+            events = rows.len(),
+            first_id = rows.first().map(|r| r.id).unwrap_or_default(),
             reason,
-            "events marked FAILED (status 3)"
+            "events marked {}",
+            RowStatus::Failed
         );
-        self.report(targets, Outcome::Failed)
+        self.report(events, Outcome::Failed)
     }
 
     /// Puts claimed rows back to PENDING, due again in `delay`, then reports.
-    pub async fn defer(&self, targets: &[Target], delay: Duration, reason: &str) -> bool {
-        let ids = ids(targets);
-        self.until_recorded("a retry", || self.claims.reschedule(&ids, delay, reason)).await
-            && self.report(targets, Outcome::Deferred)
+    pub async fn defer(&self, events: &[LaneEvent], delay: Duration, reason: &str) -> bool {
+        let rows = rows(events);
+        self.until_recorded("a retry", || self.claims.reschedule(&rows, delay, reason)).await
+            && self.report(events, Outcome::Deferred)
+    }
+
+    /// Leaves events of a held key unsent: claimed rows go back to PENDING (binlog
+    /// events are PENDING already), then reports.
+    pub async fn hold(&self, events: &[LaneEvent]) -> bool {
+        let claimed: Vec<RowKey<'_>> = events.iter().filter(|e| e.swept()).map(LaneEvent::row).collect();
+        (claimed.is_empty() || self.until_recorded("a released claim", || self.claims.release(&claimed)).await)
+            && self.report(events, Outcome::Held)
     }
 
     /// Sleeps `delay` unless shut down first (`false`).
@@ -88,13 +95,11 @@ impl Recorder {
         true
     }
 
-    fn report(&self, targets: &[Target], outcome: Outcome) -> bool {
-        let reports =
-            targets.iter().map(|t| LaneReport { tx_seq: t.tx_seq, id: t.id, outcome: outcome.clone() }).collect();
-        self.reports.send(reports).is_ok()
+    fn report(&self, events: &[LaneEvent], outcome: Outcome) -> bool {
+        self.reports.send(events.iter().map(|e| e.report(outcome.clone())).collect()).is_ok()
     }
 }
 
-fn ids(targets: &[Target]) -> Vec<u64> {
-    targets.iter().map(|t| t.id).collect()
+fn rows(events: &[LaneEvent]) -> Vec<RowKey<'_>> {
+    events.iter().map(LaneEvent::row).collect()
 }

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rocketmq_model::common::message::message_queue::MessageQueue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -22,9 +23,9 @@ use super::RelayError;
 use crate::checkpoint::{Checkpoint, CheckpointWriter};
 use crate::config::HashFunction;
 use crate::health::{Health, Part};
-use crate::lanes::{run_failing, Attempts, Lane, LaneEvent, LaneReport, LaneSettings, Outcome, Recorder};
+use crate::lanes::{run_failing, Attempts, HeldKeys, Lane, LaneEvent, LaneReport, LaneSettings, Outcome, Recorder};
 use crate::metrics::RelayMetrics;
-use crate::rocketmq::{Producer, PublishError};
+use crate::rocketmq::{PublishError, Publisher, PROBE_EVERY};
 use crate::source::sweep::Watermark;
 use crate::source::{Admitted, BinlogPosition, InFlight, Origin};
 use crate::store::Sent;
@@ -37,12 +38,17 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// No acknowledgement this long while batches are in flight: the relay is not ready.
 const ACK_STALL: Duration = Duration::from_secs(30);
 
+/// How long a topic that is not on the cluster (and not configured) fails its events
+/// before its route is looked up again.
+const MISSING_TOPIC_RECHECK: Duration = Duration::from_secs(30);
+
 /// Where a topic's events go.
 enum TopicLanes {
     /// One sender per queue index.
     Queues(Vec<mpsc::UnboundedSender<LaneEvent>>),
-    /// The topic cannot be sent to: every event is FAILED.
-    Failing(mpsc::UnboundedSender<LaneEvent>),
+    /// The topic is not on the cluster and not configured: its events are FAILED
+    /// until `until`, then the route is looked up again.
+    Failing { lane: mpsc::UnboundedSender<LaneEvent>, until: Instant },
 }
 
 /// Counters for the progress log.
@@ -51,6 +57,7 @@ struct Progress {
     sent: u64,
     failed: u64,
     deferred: u64,
+    held: u64,
 }
 
 /// The binlog path's durable position (binlog mode only).
@@ -67,17 +74,20 @@ pub struct Coordinator {
     pub durable: Option<Durable>,
     pub watermark: Arc<Watermark>,
     pub checkpoint_every: Duration,
-    pub producer: Arc<Producer>,
+    pub publisher: Arc<Publisher>,
     pub hash: HashFunction,
     /// Pinned queue counts from configuration (they win over the checkpoint).
     pub configured: HashMap<String, u32>,
     pub lane_settings: Arc<LaneSettings>,
+    pub held: HeldKeys,
     pub recorder: Recorder,
     /// Bounded: when the primary falls behind, the coordinator waits (backpressure)
     /// instead of queueing write-backs without limit.
     pub sent: mpsc::Sender<Sent>,
     pub metrics: RelayMetrics,
     pub health: Health,
+    /// When the acknowledged prefix last moved (or the first batch after a pause came).
+    pub progress_at: Instant,
     /// Spawns the lanes.
     pub supervisor: Supervisor,
     pub shutdown: CancellationToken,
@@ -90,50 +100,62 @@ pub struct Inputs {
 }
 
 impl Coordinator {
-    /// Runs until shutdown or the end of the source; then drains and checkpoints.
+    /// Runs until shutdown, the end of the source or an error; then drains and
+    /// checkpoints whatever made it stop.
     pub async fn run(mut self, mut inputs: Inputs) -> Result<(), RelayError> {
         let mut topics: HashMap<String, TopicLanes> = HashMap::new();
         let mut progress = Progress::default();
         let mut tick = tokio::time::interval(self.checkpoint_every);
         let mut progress_tick = tokio::time::interval(PROGRESS_EVERY);
         let mut dirty = false;
-        let mut last_ack = Instant::now();
-        loop {
+        let stopped = loop {
             self.health.beat();
-            tokio::select! {
+            // Timers first: a steady stream of batches must not starve the checkpoint.
+            let turn = tokio::select! {
                 biased;
-                Some(reports) = inputs.reports.recv() => {
-                    last_ack = Instant::now();
-                    dirty |= self.on_reports(reports, &mut progress).await;
-                }
-                admitted = inputs.source.recv() => match admitted {
-                    Some(admitted) => dirty |= self.on_tx(admitted, &mut topics).await?,
-                    None => break,
-                },
+                () = self.shutdown.cancelled() => break Ok(()),
                 _ = tick.tick() => {
                     if std::mem::take(&mut dirty) {
                         self.persist();
                     }
-                    self.check_stall(last_ack);
+                    self.check_stall();
+                    self.metrics.held_keys.set(i64::try_from(self.held.len()).unwrap_or(i64::MAX));
+                    Ok(())
                 }
-                _ = progress_tick.tick() => self.log_progress(&progress),
-                () = self.shutdown.cancelled() => break,
+                _ = progress_tick.tick() => {
+                    self.log_progress(&progress);
+                    Ok(())
+                }
+                Some(reports) = inputs.reports.recv() => {
+                    dirty |= self.on_reports(reports, &mut progress).await;
+                    Ok(())
+                }
+                admitted = inputs.source.recv() => match admitted {
+                    Some(admitted) => self.on_tx(admitted, &mut topics).await.map(|moved| dirty |= moved),
+                    None => break Ok(()),
+                },
+            };
+            if let Err(error) = turn {
+                break Err(error);
             }
-        }
+        };
         self.drain(&mut inputs.reports, &mut progress).await;
         self.log_progress(&progress);
-        self.save_final().await
+        let saved = self.save_final().await;
+        stopped.and(saved)
     }
 
-    /// Not ready while batches are in flight and none was acknowledged for a while.
-    fn check_stall(&self, last_ack: Instant) {
+    /// Not ready while batches are in flight and the acknowledged prefix has not
+    /// moved for a while (a lane stuck at the head holds the checkpoint).
+    fn check_stall(&self) {
         let in_flight = self.tracker.in_flight();
-        if in_flight > 0 && last_ack.elapsed() > ACK_STALL {
+        let still = self.progress_at.elapsed();
+        if in_flight > 0 && still > ACK_STALL {
             self.health.problem(
                 Part::Checkpoint,
                 format!(
-                    "pipeline: no send acknowledged for {}s while {in_flight} batches are in flight, so the checkpoint cannot move",
-                    last_ack.elapsed().as_secs()
+                    "pipeline: the acknowledged prefix has not moved for {}s with {in_flight} batches in flight, so the checkpoint cannot move",
+                    still.as_secs()
                 ),
             );
         } else {
@@ -155,7 +177,7 @@ impl Coordinator {
     async fn save_now(&mut self) -> Result<(), RelayError> {
         let Some(checkpoint) = self.current_checkpoint() else { return Ok(()) };
         if let Some(durable) = &self.durable {
-            durable.writer.save_now(checkpoint).await?;
+            self.health.alive_while(durable.writer.save_now(checkpoint)).await?;
         }
         Ok(())
     }
@@ -172,10 +194,18 @@ impl Coordinator {
             Origin::BinlogPart => (None, Vec::new()),
             Origin::Sweep { retry_counts } => (None, retry_counts),
         };
+        if self.tracker.in_flight() == 0 {
+            // The clock of the stall check starts with the first batch after a pause.
+            self.progress_at = Instant::now();
+        }
         let seq = self.tracker.register(tx.events.len(), in_flight, end);
         for (index, event) in tx.events.into_iter().enumerate() {
-            if !topics.contains_key(&event.topic) {
-                let lanes = self.start_topic(&event.topic).await?;
+            let stale =
+                |lanes: &TopicLanes| matches!(lanes, TopicLanes::Failing { until, .. } if *until <= Instant::now());
+            if topics.get(&event.topic).is_none_or(stale) {
+                let Some(lanes) = self.start_topic(&event.topic).await? else {
+                    return Ok(false); // stopping: these events stay unacknowledged
+                };
                 topics.insert(event.topic.clone(), lanes);
             }
             let lane = match &topics[&event.topic] {
@@ -183,7 +213,7 @@ impl Coordinator {
                     let count = u32::try_from(lanes.len()).unwrap_or(u32::MAX);
                     &lanes[queue_for(self.hash, &event.biz_key, count) as usize]
                 }
-                TopicLanes::Failing(lane) => lane,
+                TopicLanes::Failing { lane, .. } => lane,
             };
             let attempts = match failures_before.get(index) {
                 Some(&failures_before) => Attempts::Once { failures_before },
@@ -203,15 +233,17 @@ impl Coordinator {
                 Outcome::Sent { msg_id, at } => {
                     progress.sent += 1;
                     self.metrics.sent.inc();
+                    let sent = Sent { id: report.id, event_id: report.event_id, msg_id, at };
                     // Only fails when the writer is gone (shutdown): the row then stays
                     // PENDING and is sent again later, never lost.
-                    let _ = self.sent.send(Sent { id: report.id, msg_id, at }).await;
+                    let _ = self.health.alive_while(self.sent.send(sent)).await;
                 }
                 Outcome::Failed => {
                     progress.failed += 1;
                     self.metrics.failed.inc();
                 }
                 Outcome::Deferred => progress.deferred += 1,
+                Outcome::Held => progress.held += 1,
             }
         }
         self.advance()
@@ -234,7 +266,11 @@ impl Coordinator {
     }
 
     fn advance(&mut self) -> bool {
+        let before = self.tracker.in_flight();
         let advanced = self.tracker.advance();
+        if self.tracker.in_flight() < before {
+            self.progress_at = Instant::now();
+        }
         self.metrics.in_flight_transactions.set(i64::try_from(self.tracker.in_flight()).unwrap_or(i64::MAX));
         let (Some(end), Some(durable)) = (advanced, self.durable.as_mut()) else { return false };
         self.metrics.checkpoint_position.set(i64::try_from(end.pos).unwrap_or(i64::MAX));
@@ -245,44 +281,68 @@ impl Coordinator {
         true
     }
 
-    /// Resolves a topic's pinned queues and starts its lanes.
-    async fn start_topic(&mut self, topic: &str) -> Result<TopicLanes, RelayError> {
+    /// Resolves a topic's queues and starts its lanes; `None` when stopping first.
+    ///
+    /// A topic with a known queue count (configured, or pinned at an earlier first
+    /// use) whose route cannot be read is an outage: the lookup is retried until it
+    /// works. Only a topic that is neither known nor on the cluster fails its events.
+    async fn start_topic(&mut self, topic: &str) -> Result<Option<TopicLanes>, RelayError> {
         let pinned = self.configured.get(topic).or_else(|| self.pins.get(topic)).copied();
-        let queues = match pinned {
-            Some(count) => self.producer.pinned_queues(topic, count).await,
-            None => self.producer.live_queues(topic).await,
-        };
-        match queues {
-            Ok(queues) if !queues.is_empty() => {
-                let count = u32::try_from(queues.len()).unwrap_or(u32::MAX);
-                if self.pins.insert(topic.to_owned(), count).is_none() {
-                    // Durable before the first send of this topic, so a restart routes the same way.
-                    self.save_now().await?;
-                    tracing::info!(topic, queue_count = count, "pinned queue count");
+        let part = Part::Lane(topic.to_owned(), -1);
+        let mut attempt = 0u32;
+        loop {
+            let publisher = Arc::clone(&self.publisher);
+            let lookup = async move {
+                match pinned {
+                    Some(count) => publisher.pinned_queues(topic, count).await,
+                    None => publisher.live_queues(topic).await,
                 }
-                Ok(TopicLanes::Queues(queues.into_iter().map(|queue| self.spawn_lane(queue)).collect()))
+            };
+            let error = match self.health.alive_while(lookup).await {
+                Ok(queues) if !queues.is_empty() => {
+                    self.health.clear(&part);
+                    return self.open_topic(topic, queues).await.map(Some);
+                }
+                Ok(_) => PublishError::TopicMissing { topic: topic.to_owned(), queue_count: pinned.unwrap_or(8) },
+                Err(error) => error,
+            };
+            if pinned.is_none() && matches!(error, PublishError::TopicMissing { .. }) {
+                return Ok(Some(self.failing_topic(topic, &error)));
             }
-            Ok(_) => Ok(self.failing_topic(
-                topic,
-                &PublishError::TopicMissing { topic: topic.to_owned(), queue_count: pinned.unwrap_or(8) },
-            )),
-            Err(error @ PublishError::TopicMissing { .. }) => Ok(self.failing_topic(topic, &error)),
-            Err(error) => Err(error.into()),
+            attempt += 1;
+            self.health
+                .problem(part.clone(), format!("broker: topic {topic} has no usable route (held, retrying): {error}"));
+            if attempt % 50 == 1 {
+                tracing::warn!(topic, %error, "cannot read the topic's route; its events wait and the lookup is retried");
+            }
+            tokio::select! {
+                () = tokio::time::sleep(PROBE_EVERY * attempt.min(8)) => {}
+                () = self.shutdown.cancelled() => return Ok(None),
+            }
         }
     }
 
-    fn spawn_lane(
-        &self,
-        queue: rocketmq_model::common::message::message_queue::MessageQueue,
-    ) -> mpsc::UnboundedSender<LaneEvent> {
+    /// Pins the topic's queue count (durable before its first send, so a restart
+    /// routes the same way) and starts one lane per queue.
+    async fn open_topic(&mut self, topic: &str, queues: Vec<MessageQueue>) -> Result<TopicLanes, RelayError> {
+        let count = u32::try_from(queues.len()).unwrap_or(u32::MAX);
+        if self.pins.insert(topic.to_owned(), count).is_none() {
+            self.save_now().await?;
+            tracing::info!(topic, queue_count = count, "pinned queue count");
+        }
+        Ok(TopicLanes::Queues(queues.into_iter().map(|queue| self.spawn_lane(queue)).collect()))
+    }
+
+    fn spawn_lane(&self, queue: MessageQueue) -> mpsc::UnboundedSender<LaneEvent> {
         let (tx, rx) = mpsc::unbounded_channel();
         let lane = Lane {
             queue,
-            producer: Arc::clone(&self.producer),
+            publisher: Arc::clone(&self.publisher),
             settings: Arc::clone(&self.lane_settings),
             recorder: self.recorder.clone(),
             metrics: self.metrics.clone(),
             health: self.health.clone(),
+            held: self.held.clone(),
         };
         self.supervisor.spawn("lane", async move {
             lane.run(rx).await;
@@ -292,14 +352,14 @@ impl Coordinator {
     }
 
     fn failing_topic(&self, topic: &str, error: &PublishError) -> TopicLanes {
-        tracing::error!(topic, %error, "topic cannot be published to: its events are marked FAILED");
-        let (tx, rx) = mpsc::unbounded_channel();
+        tracing::error!(topic, %error, "topic is not on the cluster and not in rocketmq.topics: its events are marked FAILED (looked up again in {MISSING_TOPIC_RECHECK:?})");
+        let (lane, rx) = mpsc::unbounded_channel();
         let (reason, recorder) = (error.to_string(), self.recorder.clone());
         self.supervisor.spawn("failing lane", async move {
             run_failing(rx, reason, recorder).await;
             Ok(())
         });
-        TopicLanes::Failing(tx)
+        TopicLanes::Failing { lane, until: Instant::now() + MISSING_TOPIC_RECHECK }
     }
 
     /// After the source stopped: take the reports of sends still running, for a while.
@@ -321,6 +381,7 @@ impl Coordinator {
             sent = progress.sent,
             failed = progress.failed,
             retries_booked = progress.deferred,
+            held = progress.held,
             in_flight_batches = self.tracker.in_flight(),
             checkpoint_file = position.map(|p| p.file.as_str()),
             checkpoint_pos = position.map(|p| p.pos),

@@ -28,13 +28,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::checkpoint::{CheckpointWriter, Mirror};
-use crate::config::{Config, Mode};
+use crate::config::{Config, FailedKeyPolicy, Mode};
 use crate::db::{self, DbError};
 use crate::health::{Health, Part};
 use crate::http;
-use crate::lanes::{LaneSettings, Recorder};
+use crate::lanes::{HeldKeys, LaneSettings, Recorder};
 use crate::metrics::RelayMetrics;
-use crate::rocketmq::{Producer, ProducerSettings};
+use crate::rocketmq::{ProducerSettings, Publisher};
 use crate::source::binlog::{Flavor, Reader, ReaderLinks, ReaderSettings};
 use crate::source::sweep::{BinlogGuard, SweepSettings, Sweeper, Watermark};
 use crate::source::{Budget, Handoff};
@@ -88,22 +88,23 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
         process_owner(),
         Duration::from_millis(config.sweep.lease_ms),
         config.sweep.claim,
+        config.retry.failed_key_policy,
     )
     .await
     .map_err(|e| DbError::query("primary", &config.primary.url, e))?;
     tracing::info!(mode = ?config.mode, owner = claims.owner(), claim = ?claims.method(), "starting");
-    let producer = Arc::new(
-        Producer::start(ProducerSettings {
+    let publisher = Arc::new(
+        Publisher::start(ProducerSettings {
             namesrv: config.rocketmq.namesrv.clone(),
             group: config.rocketmq.producer_group.clone(),
             send_timeout: Duration::from_millis(config.rocketmq.send_timeout_ms),
         })
         .await?,
     );
-    let pipeline = Pipeline { outbox, primary, binlog, claims: claims.clone(), producer: Arc::clone(&producer) };
+    let pipeline = Pipeline { outbox, primary, binlog, claims: claims.clone(), publisher: Arc::clone(&publisher) };
     let result = serve(config, pipeline, shutdown).await;
     release_claims(&claims).await;
-    shutdown_producer(producer).await;
+    shutdown_publisher(publisher).await;
     result
 }
 
@@ -147,10 +148,10 @@ async fn serve(config: &Config, pipeline: Pipeline, shutdown: CancellationToken)
 }
 
 /// Stops the RocketMQ client; every lane has ended, so nothing else holds it.
-async fn shutdown_producer(producer: Arc<Producer>) {
-    match Arc::try_unwrap(producer) {
-        Ok(producer) => {
-            producer.shutdown().await;
+async fn shutdown_publisher(publisher: Arc<Publisher>) {
+    match Arc::try_unwrap(publisher) {
+        Ok(publisher) => {
+            publisher.shutdown().await;
             tracing::info!("RocketMQ producer shut down");
         }
         Err(_) => tracing::error!(
@@ -183,7 +184,7 @@ struct Pipeline {
     /// The binlog path (binlog mode only).
     binlog: Option<BinlogStart>,
     claims: ClaimStore,
-    producer: Arc<Producer>,
+    publisher: Arc<Publisher>,
 }
 
 /// Spawns every task of the pipeline under `supervisor`.
@@ -194,13 +195,16 @@ async fn start_pipeline(
     metrics: RelayMetrics,
     health: &Health,
 ) -> Result<(), RelayError> {
-    let Pipeline { outbox, primary, binlog, claims, producer } = pipeline;
+    let Pipeline { outbox, primary, binlog, claims, publisher } = pipeline;
     let shutdown = supervisor.stop_token();
     let configured: HashMap<String, u32> =
         config.rocketmq.topics.iter().map(|(t, c)| (t.clone(), c.queue_count)).collect();
     for (topic, count) in &configured {
-        producer.pinned_queues(topic, *count).await?;
+        publisher.pinned_queues(topic, *count).await?;
     }
+    supervisor.spawn("broker probe", ok(Arc::clone(&publisher).probe(shutdown.clone())));
+    let held = HeldKeys::default();
+    let policy = config.retry.failed_key_policy;
     let budget = Budget { events: config.lanes.max_in_flight, bytes: config.lanes.max_in_flight_bytes };
     let backoff = Backoff::new(config.retry.backoff_initial(), config.retry.backoff_max());
     let status = StatusStore::new(primary.clone(), outbox.clone());
@@ -228,14 +232,19 @@ async fn start_pipeline(
         requests: sweeps_rx,
         metrics: metrics.clone(),
         health: health.clone(),
+        status: status.clone(),
+        held: (policy == FailedKeyPolicy::Hold).then(|| held.clone()),
+        fence: None,
     };
     supervisor.spawn("sweep", ok(sweeper.run(shutdown.child_token())));
 
     let (pins, durable) = match binlog {
         Some(binlog) => {
             let pins = binlog.checkpoint.queue_counts.clone();
-            let (writer, writing) = CheckpointWriter::start(binlog.store, Mirror::new(primary, outbox.clone()));
+            let (writer, writing, mirroring) =
+                CheckpointWriter::start(binlog.store, Mirror::new(primary, outbox.clone()));
             supervisor.spawn("checkpoint writer", async move { writing.await.map_err(RelayError::from) });
+            supervisor.spawn("checkpoint mirror", ok(mirroring));
             let reader = Reader::new(
                 reader_settings(config, &outbox, binlog.server.flavor)?,
                 ReaderLinks {
@@ -263,7 +272,7 @@ async fn start_pipeline(
         durable,
         watermark,
         checkpoint_every: Duration::from_millis(config.checkpoint.interval_ms),
-        producer,
+        publisher,
         hash: config.rocketmq.hash,
         configured,
         lane_settings: Arc::new(LaneSettings {
@@ -272,11 +281,14 @@ async fn start_pipeline(
             max_message_bytes: config.rocketmq.max_message_bytes,
             max_retry: config.retry.max_retry,
             backoff,
+            failed_key_policy: policy,
         }),
+        held,
         recorder: Recorder { status, claims, backoff, reports: reports_tx, shutdown: shutdown.clone() },
         sent: sent_tx,
         metrics,
         health: health.clone(),
+        progress_at: std::time::Instant::now(),
         supervisor: supervisor.clone(),
         shutdown,
     };

@@ -1,19 +1,44 @@
-//! What went wrong with a send, and whether trying again can help.
+//! What went wrong with a send, and which of three classes it belongs to.
+//!
+//! - [`ErrorClass::Outage`]: the broker cannot take anything right now (connection
+//!   refused or reset, timeout, no route, no permission while it is read-only, busy,
+//!   flush or replica timeouts, any answer other than SEND_OK). Trying again later
+//!   will work; it says nothing about the event, so it never counts toward
+//!   `retry.max_retry` and never makes an event FAILED.
+//! - [`ErrorClass::Event`]: this event can never be sent as it is (body over the
+//!   broker's limit, an illegal message). It fails alone, at once.
+//! - [`ErrorClass::Unknown`]: anything else. Repeated `retry.max_retry` times, it
+//!   fails the event.
 //!
 //! RocketMQ's non-OK statuses (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT,
-//! SLAVE_NOT_AVAILABLE) arrive as a successful call; they are errors here. A timeout
-//! may have stored the message: it is retryable (a duplicate is accepted, loss is not).
-//! Only what can never succeed by retrying (missing topic, oversized body, no
-//! permission) is non-retryable, so the row goes FAILED at once.
+//! SLAVE_NOT_AVAILABLE) arrive as a successful call; they are outages here. A timeout
+//! may have stored the message: sending again is right (a duplicate is accepted, loss
+//! is not).
 
 use outbox_kit::{full_message, ClientError as KitClientError};
 use rocketmq_client_rust::ClientError;
+use rocketmq_error::CanonicalCondition;
 
-/// Whether the same send can succeed later.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retry {
-    Retryable,
-    NonRetryable,
+/// What a failed send says about the broker and the event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// The broker cannot take anything now; the event is fine.
+    Outage,
+    /// The event can never be sent as it is.
+    Event,
+    /// Neither is known.
+    Unknown,
+}
+
+impl ErrorClass {
+    /// The label value in metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorClass::Outage => "outage",
+            ErrorClass::Event => "event",
+            ErrorClass::Unknown => "unknown",
+        }
+    }
 }
 
 /// A send that did not end in SEND_OK.
@@ -30,47 +55,127 @@ pub enum PublishError {
     #[error("topic {topic} has {live} writable queues but queue_count is pinned to {pinned}: fix rocketmq.topics.{topic}.queue_count or the topic")]
     QueueCountMismatch { topic: String, pinned: u32, live: usize },
     #[error("RocketMQ {operation} failed{}: {detail}", code.map(|c| format!(" (broker code {c})")).unwrap_or_default())]
-    Client { operation: &'static str, code: Option<i32>, detail: String, retry: Retry },
+    Client {
+        operation: &'static str,
+        code: Option<i32>,
+        detail: String,
+        class: ErrorClass,
+        /// The failure was a connection to a broker that could not be made.
+        unreachable: bool,
+    },
 }
 
-/// Broker response codes that retrying cannot fix.
+/// Broker response codes with a known class.
 mod codes {
+    pub const SYSTEM_BUSY: i32 = 2;
+    pub const FLUSH_DISK_TIMEOUT: i32 = 10;
+    pub const SLAVE_NOT_AVAILABLE: i32 = 11;
+    pub const FLUSH_SLAVE_TIMEOUT: i32 = 12;
     pub const MESSAGE_ILLEGAL: i32 = 13;
+    pub const SERVICE_NOT_AVAILABLE: i32 = 14;
     pub const NO_PERMISSION: i32 = 16;
     pub const TOPIC_NOT_EXIST: i32 = 17;
+    /// A topic that has gone missing mid-run is held like an outage: it was there
+    /// when its lanes started (the coordinator decides about topics it never saw).
+    pub const OUTAGE: [i32; 8] = [
+        SYSTEM_BUSY,
+        FLUSH_DISK_TIMEOUT,
+        SLAVE_NOT_AVAILABLE,
+        FLUSH_SLAVE_TIMEOUT,
+        SERVICE_NOT_AVAILABLE,
+        NO_PERMISSION,
+        TOPIC_NOT_EXIST,
+        // The client's own "no route to the topic" and "broker not found".
+        10_003,
+    ];
 }
 
 impl From<KitClientError> for PublishError {
-    /// A client that could not be set up: nothing to retry.
+    /// A client that could not be set up.
     fn from(error: KitClientError) -> Self {
         PublishError::Client {
             operation: error.operation,
             code: error.code,
             detail: error.detail,
-            retry: Retry::NonRetryable,
+            class: ErrorClass::Unknown,
+            unreachable: false,
         }
     }
 }
 
 impl PublishError {
-    /// Whether the same send can succeed later.
-    pub fn retry(&self) -> Retry {
+    /// What this failure says about the broker and the event.
+    pub fn class(&self) -> ErrorClass {
         match self {
-            PublishError::NotSendOk { .. } => Retry::Retryable,
-            PublishError::TopicMissing { .. }
-            | PublishError::BodyTooLarge { .. }
-            | PublishError::QueueCountMismatch { .. } => Retry::NonRetryable,
-            PublishError::Client { retry, .. } => *retry,
+            PublishError::NotSendOk { .. }
+            | PublishError::TopicMissing { .. }
+            | PublishError::QueueCountMismatch { .. } => ErrorClass::Outage,
+            PublishError::BodyTooLarge { .. } => ErrorClass::Event,
+            PublishError::Client { class, .. } => *class,
         }
     }
 
     /// Classifies a client error from `operation`.
     pub fn from_client(operation: &'static str, error: &ClientError) -> Self {
         let code = error.broker_response_code();
-        let detail = full_message(error);
-        let non_retryable =
-            matches!(code, Some(codes::MESSAGE_ILLEGAL | codes::NO_PERMISSION | codes::TOPIC_NOT_EXIST));
-        let retry = if non_retryable { Retry::NonRetryable } else { Retry::Retryable };
-        PublishError::Client { operation, code, detail, retry }
+        let condition = error.descriptor().condition();
+        let detail = format!("{} [{}]", full_message(error), condition.as_str());
+        let unreachable = code.is_none() && condition == CanonicalCondition::Unavailable;
+        PublishError::Client { operation, code, detail, class: classify(code, condition), unreachable }
+    }
+
+    /// Whether the failure was a connection to a broker that could not be made.
+    pub fn unreachable(&self) -> bool {
+        matches!(self, PublishError::Client { unreachable: true, .. })
+    }
+}
+
+/// The class of a client error: the broker's answer code first, else the client's
+/// own description of what happened.
+pub fn classify(code: Option<i32>, condition: CanonicalCondition) -> ErrorClass {
+    match code {
+        Some(codes::MESSAGE_ILLEGAL) => ErrorClass::Event,
+        Some(code) if codes::OUTAGE.contains(&code) => ErrorClass::Outage,
+        _ => match condition {
+            CanonicalCondition::Unavailable
+            | CanonicalCondition::DeadlineExceeded
+            | CanonicalCondition::ResourceExhausted
+            | CanonicalCondition::PermissionDenied
+            | CanonicalCondition::NotFound
+            | CanonicalCondition::Aborted
+            | CanonicalCondition::Cancelled => ErrorClass::Outage,
+            CanonicalCondition::InvalidArgument => ErrorClass::Event,
+            _ => ErrorClass::Unknown,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unavailable_broker_is_an_outage_whatever_it_answers() {
+        for code in [2, 10, 11, 12, 14, 16, 17] {
+            assert_eq!(classify(Some(code), CanonicalCondition::Internal), ErrorClass::Outage, "code {code}");
+        }
+        for condition in [CanonicalCondition::Unavailable, CanonicalCondition::DeadlineExceeded] {
+            assert_eq!(classify(None, condition), ErrorClass::Outage, "{condition:?}");
+        }
+        assert_eq!(PublishError::NotSendOk { status: "FLUSH_DISK_TIMEOUT".into() }.class(), ErrorClass::Outage);
+    }
+
+    #[test]
+    fn only_what_the_event_itself_causes_is_event_class() {
+        assert_eq!(classify(Some(13), CanonicalCondition::Internal), ErrorClass::Event);
+        assert_eq!(classify(None, CanonicalCondition::InvalidArgument), ErrorClass::Event);
+        let too_large = PublishError::BodyTooLarge { event_id: "e".into(), size: 5, limit: 4 };
+        assert_eq!(too_large.class(), ErrorClass::Event);
+    }
+
+    #[test]
+    fn the_rest_is_unknown() {
+        assert_eq!(classify(Some(1), CanonicalCondition::Internal), ErrorClass::Unknown);
+        assert_eq!(classify(None, CanonicalCondition::DataLoss), ErrorClass::Unknown);
     }
 }

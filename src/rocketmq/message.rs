@@ -23,9 +23,9 @@ pub struct Prepared {
 }
 
 /// Builds the messages for `events` and assigns their ids.
-pub fn prepare(events: &[OutboxEvent]) -> Result<Prepared, PublishError> {
-    let mut messages = Vec::with_capacity(events.len());
-    let mut msg_ids = Vec::with_capacity(events.len());
+pub fn prepare<'a>(events: impl IntoIterator<Item = &'a OutboxEvent>) -> Result<Prepared, PublishError> {
+    let mut messages = Vec::new();
+    let mut msg_ids = Vec::new();
     for event in events {
         let mut message = to_message(event)?;
         MessageClientIDSetter::set_uniq_id(&mut message);
@@ -49,7 +49,8 @@ pub fn to_message(event: &OutboxEvent) -> Result<Message, PublishError> {
             operation: "build message",
             code: None,
             detail: format!("event {}: {e}", event.event_id),
-            retry: super::Retry::NonRetryable,
+            class: super::ErrorClass::Event,
+            unreachable: false,
         })
 }
 

@@ -5,8 +5,10 @@
 mod error;
 mod message;
 mod producer;
+mod publisher;
 
-pub use error::{PublishError, Retry};
+pub use error::{classify, ErrorClass, PublishError};
 pub use message::{check_size, prepare, to_message, Prepared};
 pub use outbox_kit::{client_config, full_message, ClientHost};
 pub use producer::{Producer, ProducerSettings, SendReceipt};
+pub use publisher::{Publisher, PROBE_EVERY};

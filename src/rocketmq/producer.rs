@@ -121,6 +121,20 @@ impl Producer {
         Ok(SendReceipt { msg_ids: batch.msg_ids.clone(), queue_offset: result.queue_offset })
     }
 
+    /// Reads `topic`'s route and asks the broker of its first queue for that queue's
+    /// offset: proof that this producer reaches the broker, without storing anything.
+    pub async fn reach(&self, topic: &str) -> Result<(), PublishError> {
+        let queues = self.live_queues(topic).await?;
+        let queue =
+            queues.first().ok_or_else(|| PublishError::TopicMissing { topic: topic.to_owned(), queue_count: 0 })?;
+        self.producer
+            .clone()
+            .max_offset(queue)
+            .await
+            .map_err(|e| PublishError::from_client("read queue max offset", &e))?;
+        Ok(())
+    }
+
     /// How many messages `topic` holds: the sum of its queues' max offsets (as long as
     /// the broker has not expired any). Operators compare it with SENT rows.
     pub async fn stored_count(&self, topic: &str) -> Result<i64, PublishError> {

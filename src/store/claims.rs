@@ -9,7 +9,10 @@
 //! - optimistic, for older servers: read candidates, then per row
 //!   `UPDATE ... WHERE id = ? AND status = 0`; the row is ours when one row changed.
 //!
-//! A crashed sweeper's rows come back when their lease passes ([`ClaimStore::reclaim_expired`]).
+//! Every claim keeps each key's order: a row is not claimed while an earlier row of
+//! its key waits for a retry, is claimed by another relay, or (under the hold policy)
+//! is FAILED. A crashed sweeper's rows come back when their lease passes
+//! ([`ClaimStore::reclaim_expired`]), and so do SENDING rows that never had a lease.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -20,8 +23,9 @@ use mysql_async::{IsolationLevel, Params, Pool, Row, TxOpts, Value};
 
 use outbox_kit::{truncate_utf8, OutboxTable};
 
-use super::{has_claim_index, CLAIM_INDEX, PENDING, SENDING};
-use crate::config::ClaimMethod;
+use super::status::key_params;
+use super::{has_index, keyed, RowKey, CLAIM_INDEX, FAILED, KEY_ORDER_INDEX, PENDING, SENDING};
+use crate::config::{ClaimMethod, FailedKeyPolicy};
 use crate::event::OutboxEvent;
 
 /// What a claim reads of each row.
@@ -37,10 +41,20 @@ pub struct Claimed {
     pub events: Vec<OutboxEvent>,
     /// `retry_counts[i]` is `events[i]`'s `retry_count`.
     pub retry_counts: Vec<u32>,
+    /// Claimed rows that cannot be read as events (a value of the wrong type or out of
+    /// range): they can never be sent and are failed alone.
+    pub malformed: Vec<Malformed>,
 }
 
-/// Which rows a claim may take, by `created_at` (see `sweep::watermark`).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A claimed row that cannot be read as an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Malformed {
+    pub id: u64,
+    pub reason: String,
+}
+
+/// Which rows a claim may take, by `created_at` (see `sweep::watermark`) or by id.
+#[derive(Debug, Clone, PartialEq)]
 pub enum Cutoff {
     /// Every due PENDING row.
     Everything,
@@ -48,20 +62,30 @@ pub enum Cutoff {
     Before(f64),
     /// Rows created more than this long before the database's current time.
     OlderThan(Duration),
+    /// These rows only (read earlier, see [`ClaimStore::visible`]).
+    Listed(Vec<u64>),
     /// No row.
     Nothing,
 }
 
 impl Cutoff {
-    /// The SQL condition and its parameter.
-    fn condition(&self) -> (&'static str, Option<Value>) {
+    /// The SQL condition on the columns of table `alias` (`""` for the unqualified
+    /// table, `"e."` for an alias), and its parameters.
+    fn condition(&self, alias: &str) -> (String, Vec<Value>) {
         match self {
-            Cutoff::Everything => ("", None),
-            Cutoff::Before(unix) => (" AND created_at < FROM_UNIXTIME(?)", Some(Value::from(format!("{unix:.3}")))),
-            Cutoff::OlderThan(age) => {
-                (" AND created_at < NOW(3) - INTERVAL ? MICROSECOND", Some(Value::from(micros(*age))))
+            Cutoff::Everything => (String::new(), Vec::new()),
+            Cutoff::Before(unix) => {
+                (format!(" AND {alias}created_at < FROM_UNIXTIME(?)"), vec![Value::from(format!("{unix:.3}"))])
             }
-            Cutoff::Nothing => (" AND FALSE", None),
+            Cutoff::OlderThan(age) => {
+                (format!(" AND {alias}created_at < NOW(3) - INTERVAL ? MICROSECOND"), vec![Value::from(micros(*age))])
+            }
+            Cutoff::Listed(ids) if ids.is_empty() => (" AND FALSE".into(), Vec::new()),
+            Cutoff::Listed(ids) => (
+                format!(" AND {alias}id IN ({})", placeholders(ids.len())),
+                ids.iter().map(|id| Value::from(*id)).collect(),
+            ),
+            Cutoff::Nothing => (" AND FALSE".into(), Vec::new()),
         }
     }
 }
@@ -74,6 +98,7 @@ pub struct ClaimStore {
     owner: String,
     lease: Duration,
     method: ClaimMethod,
+    policy: FailedKeyPolicy,
     /// `FORCE INDEX (idx_claim)` when the table has it: the optimizer otherwise picks
     /// the primary key for `ORDER BY id LIMIT n` and walks every SENT row first.
     index_hint: String,
@@ -88,18 +113,22 @@ impl ClaimStore {
         owner: String,
         lease: Duration,
         method: ClaimMethod,
+        policy: FailedKeyPolicy,
     ) -> Result<Self, mysql_async::Error> {
         let mut conn = pool.get_conn().await?;
         let version: Option<String> = conn.query_first("SELECT VERSION()").await?;
         let method = method.for_server(&version.unwrap_or_default());
-        let index_hint = if has_claim_index(&mut conn, &outbox).await? {
+        if !has_index(&mut conn, &outbox, KEY_ORDER_INDEX.0).await? {
+            tracing::warn!(table = %outbox.qualified(), "the outbox table has no {} index: each claimed row's key-order check scans the key's history; run `outbox-relay migrate` to add it", KEY_ORDER_INDEX.0);
+        }
+        let index_hint = if has_index(&mut conn, &outbox, CLAIM_INDEX.0).await? {
             format!("FORCE INDEX (`{}`)", CLAIM_INDEX.0)
         } else {
             tracing::warn!(table = %outbox.qualified(), "the outbox table has no {} index: each sweep claim scans from the first row; run `outbox-relay migrate` to add it", CLAIM_INDEX.0);
             String::new()
         };
         drop(conn);
-        Ok(Self { pool, outbox, owner, lease, method, index_hint })
+        Ok(Self { pool, outbox, owner, lease, method, policy, index_hint })
     }
 
     pub fn owner(&self) -> &str {
@@ -111,27 +140,71 @@ impl ClaimStore {
     }
 
     /// Claims up to `limit` due PENDING rows within `cutoff`, in id order, as one batch.
-    pub async fn claim(&self, limit: usize, cutoff: Cutoff) -> Result<Claimed, mysql_async::Error> {
-        let (condition, parameter) = cutoff.condition();
+    pub async fn claim(&self, limit: usize, cutoff: &Cutoff) -> Result<Claimed, mysql_async::Error> {
+        let (condition, mut params) = cutoff.condition("");
+        let (guard, guard_params) = self.key_guard(cutoff);
         let select = format!(
-            "SELECT {SELECTED_COLUMNS} FROM {} {} \
-             WHERE status = {PENDING} AND next_retry_at <= NOW(3){condition} ORDER BY id LIMIT {limit}",
+            "SELECT {SELECTED_COLUMNS} FROM {} o {} \
+             WHERE status = {PENDING} AND next_retry_at <= NOW(3){condition}{guard} ORDER BY id LIMIT {limit}",
             self.outbox.qualified(),
-            self.index_hint
+            self.index_hint,
         );
-        let params = Params::Positional(parameter.into_iter().collect());
+        params.extend(guard_params);
+        let params = Params::Positional(params);
         let rows = match self.method {
             ClaimMethod::Optimistic => self.claim_optimistic(&select, params).await?,
             ClaimMethod::SkipLocked | ClaimMethod::Auto => self.claim_locked(&select, params).await?,
         };
-        let mut events = Vec::with_capacity(rows.len());
-        let mut retry_counts = Vec::with_capacity(rows.len());
+        let mut claimed = Claimed::default();
         for row in rows {
-            let (event, retry_count) = to_event(row)?;
-            events.push(event);
-            retry_counts.push(retry_count);
+            match to_event(row) {
+                Ok((event, retry_count)) => {
+                    claimed.events.push(event);
+                    claimed.retry_counts.push(retry_count);
+                }
+                Err(malformed) => claimed.malformed.push(malformed),
+            }
         }
-        Ok(Claimed { events, retry_counts })
+        Ok(claimed)
+    }
+
+    /// The condition that keeps each key in order: no earlier row of the key may be
+    /// PENDING outside what this claim may take (waiting for a retry, or not within
+    /// `cutoff`), claimed by another relay, or (hold policy) FAILED. With its parameters.
+    fn key_guard(&self, cutoff: &Cutoff) -> (String, Vec<Value>) {
+        let failed = match self.policy {
+            FailedKeyPolicy::Hold => format!(" OR e.status = {FAILED}"),
+            FailedKeyPolicy::Continue => String::new(),
+        };
+        let (in_scope, mut params) = cutoff.condition("e.");
+        params.push(Value::from(&self.owner));
+        let guard = format!(
+            " AND NOT EXISTS (SELECT 1 FROM {} e WHERE e.biz_key = o.biz_key AND e.topic = o.topic AND e.id < o.id \
+             AND ((e.status = {PENDING} AND NOT (e.next_retry_at <= NOW(3){in_scope})) \
+             OR (e.status = {SENDING} AND NOT (e.owner <=> ?)){failed}))",
+            self.outbox.qualified()
+        );
+        (guard, params)
+    }
+
+    /// The ids of up to `limit` due PENDING rows within `cutoff`, in id order, and the
+    /// database's time right after they were read: every one of them was committed
+    /// before that time.
+    pub async fn visible(&self, limit: usize, cutoff: &Cutoff) -> Result<(f64, Vec<u64>), mysql_async::Error> {
+        let (condition, params) = cutoff.condition("");
+        let select = format!(
+            "SELECT id FROM {} {} WHERE status = {PENDING} AND next_retry_at <= NOW(3){condition} ORDER BY id LIMIT {limit}",
+            self.outbox.qualified(),
+            self.index_hint
+        );
+        let ids = self.pool.get_conn().await?.exec(select, Params::Positional(params)).await?;
+        Ok((self.now().await?, ids))
+    }
+
+    /// (topic, biz_key) of every key with a FAILED row.
+    pub async fn failed_keys(&self) -> Result<Vec<(String, String)>, mysql_async::Error> {
+        let sql = format!("SELECT DISTINCT topic, biz_key FROM {} WHERE status = {FAILED}", self.outbox.qualified());
+        self.pool.get_conn().await?.query(sql).await
     }
 
     async fn claim_locked(&self, select: &str, params: Params) -> Result<Vec<Row>, mysql_async::Error> {
@@ -193,16 +266,37 @@ impl ClaimStore {
         Ok(claimed)
     }
 
-    /// SENDING rows whose lease has passed go back to PENDING (their sweeper died or
-    /// stalled; a stalled one may still send them: a duplicate, never a loss). Returns how many.
+    /// Other relays' SENDING rows whose lease has passed go back to PENDING (their
+    /// sweeper died or stalled; a stalled one may still send them: a duplicate, never a
+    /// loss); SENDING rows without a lease (set by hand, or by a relay that crashed
+    /// between claim and send in a table without leases) get one, so they come back
+    /// one lease later. Our own claims are in our pipeline and are never taken here.
+    /// Returns how many rows went back.
     pub async fn reclaim_expired(&self) -> Result<u64, mysql_async::Error> {
-        let sql = format!(
-            "UPDATE {} SET status = {PENDING}, owner = NULL, lease_until = NULL WHERE status = {SENDING} AND lease_until < NOW(3)",
-            self.outbox.qualified()
-        );
+        let table = self.outbox.qualified();
         let mut conn = self.pool.get_conn().await?;
-        conn.query_drop(sql).await?;
+        conn.exec_drop(
+            format!(
+                "UPDATE {table} SET lease_until = NOW(3) + INTERVAL ? MICROSECOND \
+                 WHERE status = {SENDING} AND lease_until IS NULL"
+            ),
+            (micros(self.lease),),
+        )
+        .await?;
+        conn.exec_drop(
+            format!(
+                "UPDATE {table} SET status = {PENDING}, owner = NULL, lease_until = NULL \
+                 WHERE status = {SENDING} AND lease_until < NOW(3) AND NOT (owner <=> ?)"
+            ),
+            (&self.owner,),
+        )
+        .await?;
         Ok(conn.affected_rows())
+    }
+
+    /// Our claims of `rows` go back to PENDING as they were (no retry counted).
+    pub async fn release(&self, rows: &[RowKey<'_>]) -> Result<u64, mysql_async::Error> {
+        self.update_own(rows, &format!("o.status = {PENDING}, o.owner = NULL, o.lease_until = NULL"), Vec::new()).await
     }
 
     /// Our SENDING rows go back to PENDING (at shutdown: whatever was not reported).
@@ -218,19 +312,34 @@ impl ClaimStore {
 
     /// Books a failed attempt of our claimed rows: back to PENDING, `retry_count + 1`,
     /// due again after `delay`, `last_error` = `reason`. Rows no longer ours are left alone.
-    pub async fn reschedule(&self, ids: &[u64], delay: Duration, reason: &str) -> Result<u64, mysql_async::Error> {
-        if ids.is_empty() {
+    pub async fn reschedule(
+        &self,
+        rows: &[RowKey<'_>],
+        delay: Duration,
+        reason: &str,
+    ) -> Result<u64, mysql_async::Error> {
+        let set = format!(
+            "o.status = {PENDING}, o.retry_count = o.retry_count + 1, o.next_retry_at = NOW(3) + INTERVAL ? MICROSECOND, \
+             o.last_error = ?, o.owner = NULL, o.lease_until = NULL"
+        );
+        let values = vec![Value::from(micros(delay)), Value::from(truncate_utf8(reason, LAST_ERROR_MAX))];
+        self.update_own(rows, &set, values).await
+    }
+
+    /// `UPDATE ... SET {set}` (columns of `o`, with `values`) on those of `rows` we
+    /// still hold as SENDING.
+    async fn update_own(&self, rows: &[RowKey<'_>], set: &str, values: Vec<Value>) -> Result<u64, mysql_async::Error> {
+        if rows.is_empty() {
             return Ok(0);
         }
         let sql = format!(
-            "UPDATE {} SET status = {PENDING}, retry_count = retry_count + 1, \
-             next_retry_at = NOW(3) + INTERVAL ? MICROSECOND, last_error = ?, owner = NULL, lease_until = NULL \
-             WHERE id IN ({}) AND status = {SENDING} AND owner = ?",
+            "UPDATE {} o JOIN ({}) v ON o.id = v.id AND o.event_id = v.event_id SET {set} \
+             WHERE o.status = {SENDING} AND o.owner = ?",
             self.outbox.qualified(),
-            placeholders(ids.len())
+            keyed(rows.len(), &[])
         );
-        let mut params = vec![Value::from(micros(delay)), Value::from(truncate_utf8(reason, LAST_ERROR_MAX))];
-        params.extend(ids.iter().map(|id| Value::from(*id)));
+        let mut params = key_params(rows);
+        params.extend(values);
         params.push(Value::from(&self.owner));
         let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(sql, Params::Positional(params)).await?;
@@ -245,14 +354,12 @@ impl ClaimStore {
     }
 }
 
-fn to_event(row: Row) -> Result<(OutboxEvent, u32), mysql_async::Error> {
+/// The event in a claimed row, or the row's id and why it cannot be read.
+fn to_event(row: Row) -> Result<(OutboxEvent, u32), Malformed> {
     type Columns = (u64, String, String, String, Vec<u8>, u32);
-    let (id, event_id, biz_key, topic, payload, retry_count) =
-        mysql_async::from_row_opt::<Columns>(row).map_err(|e| {
-            mysql_async::Error::Other(
-                format!("unexpected outbox row shape (id, event_id, biz_key, topic, payload, retry_count): {e}").into(),
-            )
-        })?;
+    let id = row.get_opt::<u64, _>(0).and_then(Result::ok).unwrap_or_default();
+    let (id, event_id, biz_key, topic, payload, retry_count) = mysql_async::from_row_opt::<Columns>(row)
+        .map_err(|e| Malformed { id, reason: format!("the row cannot be read as an outbox event: {e}") })?;
     Ok((OutboxEvent { id, event_id, biz_key, topic, payload: Bytes::from(payload) }, retry_count))
 }
 

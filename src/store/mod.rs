@@ -5,8 +5,8 @@ mod claims;
 mod schema;
 mod status;
 
-pub use claims::{ClaimStore, Claimed, Cutoff};
-pub use schema::{has_claim_index, migrate, MigrationReport, CLAIM_INDEX};
+pub use claims::{ClaimStore, Claimed, Cutoff, Malformed};
+pub use schema::{has_index, migrate, MigrationReport, CLAIM_INDEX, KEY_ORDER_INDEX};
 pub use status::{Sent, StatusStore};
 
 use outbox_kit::RowStatus;
@@ -16,3 +16,39 @@ const PENDING: u8 = RowStatus::Pending.code();
 const SENDING: u8 = RowStatus::Sending.code();
 const SENT: u8 = RowStatus::Sent.code();
 const FAILED: u8 = RowStatus::Failed.code();
+
+/// Which row a write-back is for: the id alone could name another row after the
+/// table was truncated or recreated while the relay was behind, so every write-back
+/// matches the event_id too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowKey<'a> {
+    pub id: u64,
+    pub event_id: &'a str,
+}
+
+/// A derived table of `rows` keys plus `columns` more values per row, to JOIN on:
+/// `SELECT ? AS id, ? AS event_id[, ? AS c]... UNION ALL SELECT ?, ?[, ?]...`.
+fn keyed(rows: usize, columns: &[&str]) -> String {
+    let first: String = ["? AS id", "? AS event_id"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(columns.iter().map(|c| format!("? AS {c}")))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let rest = vec!["?"; 2 + columns.len()].join(", ");
+    std::iter::once(format!("SELECT {first}"))
+        .chain(std::iter::repeat_n(format!("SELECT {rest}"), rows.saturating_sub(1)))
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keyed;
+
+    #[test]
+    fn a_keyed_derived_table_names_its_columns_once() {
+        assert_eq!(keyed(1, &[]), "SELECT ? AS id, ? AS event_id");
+        assert_eq!(keyed(2, &["msg_id"]), "SELECT ? AS id, ? AS event_id, ? AS msg_id UNION ALL SELECT ?, ?, ?");
+    }
+}

@@ -28,7 +28,7 @@ const OUTBOX_DDL: &str = "CREATE TABLE IF NOT EXISTS {outbox} (
   biz_key       VARCHAR(64)   NOT NULL,
   topic         VARCHAR(128)  NOT NULL,
   payload       JSON          NOT NULL,
-  status        TINYINT       NOT NULL DEFAULT 0 COMMENT '0 PENDING, 1 SENDING, 2 SENT, 3 FAILED',
+  status        TINYINT       NOT NULL DEFAULT 0 COMMENT '0 PENDING, 1 SENDING, 2 SENT, 3 FAILED, 4 SKIPPED',
   retry_count   INT           NOT NULL DEFAULT 0,
   next_retry_at DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
   lease_until   DATETIME(3)   NULL,
@@ -39,13 +39,18 @@ const OUTBOX_DDL: &str = "CREATE TABLE IF NOT EXISTS {outbox} (
   created_at    DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
   UNIQUE KEY uk_event_id (event_id),
   KEY idx_pending (status, next_retry_at),
-  KEY idx_claim (status, id, next_retry_at)
+  KEY idx_claim (status, id, next_retry_at),
+  KEY idx_key_order (biz_key, status, id)
 ) ENGINE=InnoDB";
 
 /// The sweep's index: PENDING rows in id order, so a claim's `ORDER BY id LIMIT n`
 /// reads n index entries. Without it the server scans the primary key from the start
 /// of the table, through every row already SENT, on every claim.
 pub const CLAIM_INDEX: (&str, &str) = ("idx_claim", "(status, id, next_retry_at)");
+
+/// The key-order index: a claim checks, per row, that no earlier row of its key is
+/// still unsent; with it that check reads only the key's unsent rows, not its history.
+pub const KEY_ORDER_INDEX: (&str, &str) = ("idx_key_order", "(biz_key, status, id)");
 
 /// One numbered schema step of the relay's own tables. `{schema}` is substituted.
 struct Migration {
@@ -155,20 +160,25 @@ async fn add_missing(
             added.push(*column);
         }
     }
-    if !has_claim_index(conn, outbox).await? {
-        let (index, columns) = CLAIM_INDEX;
-        conn.query_drop(format!("ALTER TABLE {} ADD INDEX `{index}` {columns}", outbox.qualified())).await?;
-        added.push(index);
+    for (index, columns) in [CLAIM_INDEX, KEY_ORDER_INDEX] {
+        if !has_index(conn, outbox, index).await? {
+            conn.query_drop(format!("ALTER TABLE {} ADD INDEX `{index}` {columns}", outbox.qualified())).await?;
+            added.push(index);
+        }
     }
     Ok(added)
 }
 
-/// Whether the outbox table has the sweep's index (`migrate` adds it).
-pub async fn has_claim_index(conn: &mut mysql_async::Conn, outbox: &OutboxTable) -> Result<bool, mysql_async::Error> {
+/// Whether the outbox table has the index `name` (`migrate` adds the relay's).
+pub async fn has_index(
+    conn: &mut mysql_async::Conn,
+    outbox: &OutboxTable,
+    name: &str,
+) -> Result<bool, mysql_async::Error> {
     let found: Option<String> = conn
         .exec_first(
             "SELECT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND INDEX_NAME = ?",
-            (&outbox.schema, &outbox.table, CLAIM_INDEX.0),
+            (&outbox.schema, &outbox.table, name),
         )
         .await?;
     Ok(found.is_some())

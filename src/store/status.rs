@@ -13,7 +13,7 @@ use mysql_async::{Params, Pool, Value};
 
 use outbox_kit::{truncate_utf8, OutboxTable};
 
-use super::{FAILED, PENDING, SENT};
+use super::{keyed, RowKey, FAILED, PENDING, SENDING, SENT};
 
 /// `last_error` column width.
 const LAST_ERROR_MAX: usize = 1024;
@@ -29,6 +29,7 @@ pub struct StatusStore {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sent {
     pub id: u64,
+    pub event_id: String,
     pub msg_id: String,
     /// When the broker answered SEND_OK (stored as `sent_at`, so it measures delivery,
     /// not how long the batched write-back took).
@@ -45,31 +46,35 @@ impl StatusStore {
         if rows.is_empty() {
             return Ok(0);
         }
-        let derived: Vec<&str> = std::iter::once("SELECT ? AS id, ? AS msg_id, ? AS sent_at")
-            .chain(std::iter::repeat_n("SELECT ?, ?, ?", rows.len() - 1))
-            .collect();
         let sql = format!(
-            "UPDATE {} o JOIN ({}) v ON o.id = v.id \
+            "UPDATE {} o JOIN ({}) v ON o.id = v.id AND o.event_id = v.event_id \
              SET o.status = {SENT}, o.msg_id = v.msg_id, o.sent_at = FROM_UNIXTIME(v.sent_at), o.owner = NULL, \
              o.lease_until = NULL WHERE o.status <> {SENT}",
             self.outbox.qualified(),
-            derived.join(" UNION ALL ")
+            keyed(rows.len(), &["msg_id", "sent_at"])
         );
         let params: Vec<Value> = rows
             .iter()
-            .flat_map(|r| [Value::from(r.id), Value::from(r.msg_id.as_str()), Value::from(unix_millis_text(r.at))])
+            .flat_map(|r| {
+                [
+                    Value::from(r.id),
+                    Value::from(r.event_id.as_str()),
+                    Value::from(r.msg_id.as_str()),
+                    Value::from(unix_millis_text(r.at)),
+                ]
+            })
             .collect();
-        let mut conn = self.pool.get_conn().await?;
-        conn.exec_drop(sql, Params::Positional(params)).await?;
-        Ok(conn.affected_rows())
+        self.exec(sql, params).await
     }
 
-    /// (PENDING rows, age in seconds of the oldest one) for the lag metrics.
+    /// (rows waiting to be sent: PENDING, and SENDING whose lease has passed or was
+    /// never set; age in seconds of the oldest one) for the lag metrics.
     pub async fn pending_summary(&self) -> Result<(u64, f64), mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
         let row: Option<(u64, Option<i64>)> = conn
             .query_first(format!(
-                "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(3)) FROM {} WHERE status = {PENDING}",
+                "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(3)) FROM {} \
+                 WHERE status = {PENDING} OR (status = {SENDING} AND (lease_until IS NULL OR lease_until < NOW(3)))",
                 self.outbox.qualified()
             ))
             .await?;
@@ -77,19 +82,40 @@ impl StatusStore {
         Ok((pending, micros.unwrap_or(0).max(0) as f64 / 1e6))
     }
 
-    /// Marks `ids` FAILED with `reason` (status 3, retry_count + 1, last_error).
-    pub async fn mark_failed(&self, ids: &[u64], reason: &str) -> Result<u64, mysql_async::Error> {
+    /// Marks `rows` FAILED with `reason` (status 3, retry_count + 1, last_error).
+    pub async fn mark_failed(&self, rows: &[RowKey<'_>], reason: &str) -> Result<u64, mysql_async::Error> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let sql = format!(
+            "UPDATE {} o JOIN ({}) v ON o.id = v.id AND o.event_id = v.event_id \
+             SET o.status = {FAILED}, o.last_error = ?, o.retry_count = o.retry_count + 1, o.owner = NULL, \
+             o.lease_until = NULL WHERE o.status <> {SENT}",
+            self.outbox.qualified(),
+            keyed(rows.len(), &[])
+        );
+        let mut params = key_params(rows);
+        params.push(Value::from(truncate_utf8(reason, LAST_ERROR_MAX)));
+        self.exec(sql, params).await
+    }
+
+    /// Marks rows FAILED by id alone: rows whose event_id cannot even be read.
+    pub async fn mark_failed_by_id(&self, ids: &[u64], reason: &str) -> Result<u64, mysql_async::Error> {
         if ids.is_empty() {
             return Ok(0);
         }
-        let placeholders = vec!["?"; ids.len()].join(",");
         let sql = format!(
-            "UPDATE {} SET status = {FAILED}, last_error = ?, retry_count = retry_count + 1, owner = NULL, lease_until = NULL \
-             WHERE id IN ({placeholders}) AND status <> {SENT}",
-            self.outbox.qualified()
+            "UPDATE {} SET status = {FAILED}, last_error = ?, retry_count = retry_count + 1, owner = NULL, \
+             lease_until = NULL WHERE id IN ({}) AND status <> {SENT}",
+            self.outbox.qualified(),
+            vec!["?"; ids.len()].join(",")
         );
         let mut params = vec![Value::from(truncate_utf8(reason, LAST_ERROR_MAX))];
         params.extend(ids.iter().map(|id| Value::from(*id)));
+        self.exec(sql, params).await
+    }
+
+    async fn exec(&self, sql: String, params: Vec<Value>) -> Result<u64, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(sql, Params::Positional(params)).await?;
         Ok(conn.affected_rows())
@@ -100,4 +126,9 @@ impl StatusStore {
 fn unix_millis_text(at: SystemTime) -> String {
     let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
     format!("{}.{:03}", since.as_secs(), since.subsec_millis())
+}
+
+/// The parameters naming `rows`: id and event_id of each, in order.
+pub(super) fn key_params(rows: &[RowKey<'_>]) -> Vec<Value> {
+    rows.iter().flat_map(|r| [Value::from(r.id), Value::from(r.event_id)]).collect()
 }

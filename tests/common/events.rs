@@ -5,14 +5,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use outbox_kit::consumer::Delivery as Received;
+use outbox_kit::RowStatus;
 use outbox_relay::config::HashFunction;
 use outbox_relay::relay::route::queue_for;
 
 use super::collector::Collector;
 use super::outbox::{Row, TestOutbox};
 use super::{eventually, fresh_topic, unique, Stack, TEST_TOPIC_QUEUES};
-
-pub const SENT: u8 = 2;
 
 /// Event ids are `{prefix}-{key}-{seq}`; a test's prefix is unique and its topic its own.
 pub struct Events {
@@ -65,8 +64,10 @@ pub fn delivery_counts(deliveries: &[Received]) -> HashMap<&str, usize> {
 pub async fn all_sent(outbox: &TestOutbox, expected: usize, deadline: Duration) {
     eventually(&format!("{expected} rows SENT with msg_id"), deadline, || async {
         let statuses = outbox.statuses().await;
-        let sent =
-            statuses.values().filter(|(s, msg)| *s == SENT && msg.as_deref().is_some_and(|m| !m.is_empty())).count();
+        let sent = statuses
+            .values()
+            .filter(|(s, msg)| *s == RowStatus::Sent.code() && msg.as_deref().is_some_and(|m| !m.is_empty()))
+            .count();
         (statuses.len() == expected && sent == expected).then_some(())
     })
     .await;

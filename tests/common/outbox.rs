@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Pool;
-use outbox_kit::OutboxTable;
+use outbox_kit::{OutboxTable, RowStatus};
 use outbox_relay::store::migrate;
 use outbox_test_support::rows::insert_sql;
 pub use outbox_test_support::rows::Row;
@@ -44,7 +44,7 @@ impl TestOutbox {
         let mut conn = self.pool.get_conn().await.expect("conn");
         let mut tx = conn.start_transaction(Default::default()).await.expect("begin");
         for chunk in rows.chunks(1_000) {
-            let (sql, params) = insert_sql(&self.table, chunk.iter().cloned());
+            let (sql, params) = self.insert_params(chunk);
             tx.exec_drop(sql, params).await.expect("insert outbox rows");
         }
         if commit {
@@ -52,6 +52,11 @@ impl TestOutbox {
         } else {
             tx.rollback().await.expect("rollback");
         }
+    }
+
+    /// A multi-row INSERT of `rows` into this table.
+    pub fn insert_params(&self, rows: &[Row]) -> (String, mysql_async::Params) {
+        insert_sql(&self.table, rows.iter().cloned())
     }
 
     /// event_id -> (status, msg_id) of every row.
@@ -65,8 +70,8 @@ impl TestOutbox {
     }
 
     /// Number of rows with `status`.
-    pub async fn count_status(&self, status: u8) -> usize {
-        self.statuses().await.values().filter(|(s, _)| *s == status).count()
+    pub async fn count_status(&self, status: RowStatus) -> usize {
+        self.statuses().await.values().filter(|(s, _)| *s == status.code()).count()
     }
 
     /// Runs one statement as root.

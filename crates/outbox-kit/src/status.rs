@@ -12,11 +12,14 @@ pub enum RowStatus {
     Sent = 2,
     /// Can never be sent as it is (or gave up after `max_retry`); `last_error` says why.
     Failed = 3,
+    /// A FAILED event an operator decided not to send: its key is released.
+    Skipped = 4,
 }
 
 impl RowStatus {
     /// Every status, in column-value order.
-    pub const ALL: [RowStatus; 4] = [RowStatus::Pending, RowStatus::Sending, RowStatus::Sent, RowStatus::Failed];
+    pub const ALL: [RowStatus; 5] =
+        [RowStatus::Pending, RowStatus::Sending, RowStatus::Sent, RowStatus::Failed, RowStatus::Skipped];
 
     /// The column value.
     pub const fn code(self) -> u8 {
@@ -35,6 +38,7 @@ impl RowStatus {
             RowStatus::Sending => "SENDING",
             RowStatus::Sent => "SENT",
             RowStatus::Failed => "FAILED",
+            RowStatus::Skipped => "SKIPPED",
         }
     }
 }
@@ -51,7 +55,7 @@ mod tests {
 
     #[test]
     fn column_values_are_the_seeds() {
-        assert_eq!(RowStatus::ALL.map(RowStatus::code), [0, 1, 2, 3]);
+        assert_eq!(RowStatus::ALL.map(RowStatus::code), [0, 1, 2, 3, 4]);
         assert_eq!(RowStatus::from_code(2), Some(RowStatus::Sent));
         assert_eq!(RowStatus::from_code(9), None);
         assert_eq!(RowStatus::Failed.to_string(), "FAILED");

@@ -21,14 +21,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::health::{Health, Part};
+use crate::lanes::HeldKeys;
 use crate::metrics::RelayMetrics;
 use crate::source::{Handoff, Origin, SourceTx};
-use crate::store::{ClaimStore, Claimed, Cutoff};
+use crate::store::{ClaimStore, Claimed, Cutoff, Malformed, StatusStore};
 
 pub use watermark::Watermark;
 
 /// The longest time between sweeps while the binlog path is down.
 pub const TAKEOVER_PERIOD: Duration = Duration::from_secs(1);
+/// Most rows one fence holds; more wait for the next period.
+const FENCE_ROWS: usize = 10_000;
 
 /// What the sweep does, and when.
 #[derive(Debug, Clone)]
@@ -63,6 +66,23 @@ pub struct Sweeper {
     pub metrics: RelayMetrics,
     /// Where a sweep that cannot claim is reported.
     pub health: Health,
+    /// Where rows that cannot be read as events are marked FAILED.
+    pub status: StatusStore,
+    /// Keys held behind a FAILED event, refreshed from the table every period
+    /// (hold policy only).
+    pub held: Option<HeldKeys>,
+    /// Rows seen waiting, to be claimed once the binlog path has passed them.
+    pub fence: Option<Fence>,
+}
+
+/// Rows the sweep saw waiting at `at` (database clock): it claims them only after the
+/// binlog path has acknowledged a commit made after `at`, so everything committed
+/// before them has been handed on first and a row of a transaction that was open a
+/// long time never overtakes its key's rows committed before it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fence {
+    pub at: f64,
+    pub ids: Vec<u64>,
 }
 
 /// Why a round of claims stopped early.
@@ -107,22 +127,60 @@ impl Sweeper {
     }
 
     /// One periodic sweep. `false` when the pipeline has stopped.
-    async fn periodic(&self) -> bool {
+    async fn periodic(&mut self) -> bool {
         self.reclaim().await;
-        let cutoff = match &self.settings.binlog {
-            None => Cutoff::Everything,
-            Some(guard) => guard.watermark.cutoff(guard.grace, guard.takeover_after),
+        self.refresh_held().await;
+        let cutoff = match self.cutoff().await {
+            Ok(cutoff) => cutoff,
+            Err(error) => return self.claim_failed(&Stop::Database(error)),
         };
-        match self.claim_all(cutoff).await {
+        match self.claim_all(&cutoff).await {
             Ok(()) => {
                 self.health.clear(&Part::Sweep);
                 true
             }
-            Err(Stop::PipelineClosed) => false,
-            Err(Stop::Database(error)) => {
-                tracing::warn!(%error, "sweep: cannot claim rows on the primary; the next sweep tries again");
-                self.health.problem(Part::Sweep, format!("sweep: cannot claim rows on the primary: {error}"));
-                true
+            Err(stop) => self.claim_failed(&stop),
+        }
+    }
+
+    /// Reports a failed round; `false` when the pipeline has stopped.
+    fn claim_failed(&self, stop: &Stop) -> bool {
+        let Stop::Database(error) = stop else { return false };
+        tracing::warn!(%error, "sweep: cannot claim rows on the primary; the next sweep tries again");
+        self.health.problem(Part::Sweep, format!("sweep: cannot claim rows on the primary: {error}"));
+        true
+    }
+
+    /// What this period may claim: everything due in poll mode; while the binlog path
+    /// is down past its takeover delay, everything older than the grace; otherwise the
+    /// rows fenced in an earlier period that the binlog path has passed since.
+    async fn cutoff(&mut self) -> Result<Cutoff, mysql_async::Error> {
+        let Some(guard) = &self.settings.binlog else { return Ok(Cutoff::Everything) };
+        let behind = match guard.watermark.cutoff(guard.grace, guard.takeover_after) {
+            behind @ Cutoff::Before(_) => behind,
+            takeover_or_nothing => return Ok(takeover_or_nothing),
+        };
+        let ready = match self.fence.take() {
+            Some(fence) if guard.watermark.passed(fence.at) => Cutoff::Listed(fence.ids),
+            Some(waiting) => {
+                self.fence = Some(waiting);
+                return Ok(Cutoff::Nothing);
+            }
+            None => Cutoff::Nothing,
+        };
+        let (at, ids) = self.claims.visible(FENCE_ROWS, &behind).await?;
+        self.fence = (!ids.is_empty()).then_some(Fence { at, ids });
+        Ok(ready)
+    }
+
+    /// Reloads the held keys from the table (hold policy).
+    async fn refresh_held(&self) {
+        let Some(held) = &self.held else { return };
+        let read_at = std::time::Instant::now();
+        match self.claims.failed_keys().await {
+            Ok(keys) => held.refresh(keys, read_at),
+            Err(error) => {
+                tracing::warn!(%error, "sweep: cannot read the keys held behind FAILED rows; the next sweep tries again")
             }
         }
     }
@@ -136,7 +194,7 @@ impl Sweeper {
             let swept = match self.claims.now().await {
                 Ok(now) => {
                     self.reclaim().await;
-                    self.claim_all(Cutoff::Before(now)).await
+                    self.claim_all(&Cutoff::Before(now)).await
                 }
                 Err(error) => Err(Stop::Database(error)),
             };
@@ -156,14 +214,15 @@ impl Sweeper {
     }
 
     /// Claims and hands on batches until a claim comes back short.
-    async fn claim_all(&self, cutoff: Cutoff) -> Result<(), Stop> {
-        if cutoff == Cutoff::Nothing {
+    async fn claim_all(&self, cutoff: &Cutoff) -> Result<(), Stop> {
+        if *cutoff == Cutoff::Nothing {
             return Ok(());
         }
         loop {
-            let Claimed { events, retry_counts } =
+            let Claimed { events, retry_counts, malformed } =
                 self.claims.claim(self.settings.batch, cutoff).await.map_err(Stop::Database)?;
-            let claimed = events.len();
+            let claimed = events.len() + malformed.len();
+            self.fail_malformed(&malformed).await.map_err(Stop::Database)?;
             if let Some(first) = events.first() {
                 self.metrics.swept.inc_by(claimed as u64);
                 tracing::debug!(claimed, first_id = first.id, "sweep claimed rows");
@@ -174,6 +233,16 @@ impl Sweeper {
                 return Ok(());
             }
         }
+    }
+
+    /// Rows that cannot be read as events can never be sent: FAILED, each with why.
+    async fn fail_malformed(&self, malformed: &[Malformed]) -> Result<(), mysql_async::Error> {
+        for row in malformed {
+            tracing::error!(id = row.id, reason = %row.reason, "a claimed row cannot be read as an event: marking it FAILED");
+            self.status.mark_failed_by_id(&[row.id], &row.reason).await?;
+            self.metrics.failed.inc();
+        }
+        Ok(())
     }
 
     async fn reclaim(&self) {

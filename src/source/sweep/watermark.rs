@@ -76,6 +76,13 @@ impl Watermark {
         self.outage().is_some()
     }
 
+    /// Whether the binlog path has acknowledged a commit made after `at` (Unix
+    /// seconds on the database's clock): everything committed before `at` is behind
+    /// it. Commit times are whole seconds, so the next second must have been seen.
+    pub fn passed(&self, at: f64) -> bool {
+        f64::from(self.acked.load(Ordering::Relaxed)) > at.floor()
+    }
+
     /// The sweep's cutoff now.
     pub fn cutoff(&self, grace: Duration, takeover_after: Duration) -> Cutoff {
         let acked = Some(self.acked.load(Ordering::Relaxed)).filter(|&t| t > 0);
@@ -135,6 +142,15 @@ mod tests {
         assert_eq!(w.cutoff(GRACE, Duration::ZERO), Cutoff::OlderThan(GRACE), "down, takeover at once");
         w.source_up();
         assert_eq!(w.cutoff(GRACE, Duration::ZERO), Cutoff::Before(940.0));
+    }
+
+    #[test]
+    fn a_fence_is_passed_once_a_later_second_was_acknowledged() {
+        let w = Watermark::new(Some(1_000));
+        assert!(!w.passed(1_000.4), "the same second may still hold commits before the fence");
+        w.acknowledged(1_001);
+        assert!(w.passed(1_000.4));
+        assert!(!w.passed(1_001.0));
     }
 
     #[test]

@@ -1,0 +1,183 @@
+//! The producer the lanes send through, replaced by a fresh one after the broker
+//! was unreachable.
+//!
+//! The RocketMQ client guards every broker address with a circuit breaker: after
+//! five failed connections it refuses to connect for 30 s, and a failed probe starts
+//! the 30 s again, so a broker that is back can stay unused for half a minute. The
+//! relay routes around it. A lane that cannot connect to a broker says so here; the
+//! probe task then checks the broker every [`PROBE_EVERY`] with a separate producer
+//! (replaced before it fails often enough to trip its own breaker): it reads the
+//! route of every topic in use and asks the broker for a queue's offset, which stores
+//! nothing. Once that works, the probe's producer becomes the lanes' producer and the
+//! lanes are told at once; the old one is shut down when its last send has ended.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use rocketmq_model::common::message::message_queue::MessageQueue;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::{Prepared, Producer, ProducerSettings, PublishError, SendReceipt};
+
+/// How often an unreachable broker is tried.
+pub const PROBE_EVERY: Duration = Duration::from_millis(500);
+/// Failed probes one probe producer makes before it is replaced (its breaker opens at five).
+const PROBES_PER_PRODUCER: u32 = 4;
+/// How long a replaced producer may still be in use before it is shut down anyway.
+const RETIRE_WITHIN: Duration = Duration::from_secs(30);
+
+/// The current producer, and what is known about unreachable brokers.
+pub struct Publisher {
+    settings: ProducerSettings,
+    current: RwLock<Arc<Producer>>,
+    /// Bumped on every renewal; lanes waiting out an outage watch it.
+    renewed: watch::Sender<u64>,
+    /// A send could not connect to a broker since the last confirmed send.
+    unreachable: AtomicBool,
+    /// Topics the lanes send to: a new producer must have their routes first.
+    topics: Mutex<BTreeSet<String>>,
+}
+
+impl Publisher {
+    /// Starts the first producer.
+    pub async fn start(settings: ProducerSettings) -> Result<Self, PublishError> {
+        let producer = Producer::start(settings.clone()).await?;
+        Ok(Self {
+            settings,
+            current: RwLock::new(Arc::new(producer)),
+            renewed: watch::Sender::new(0),
+            unreachable: AtomicBool::new(false),
+            topics: Mutex::default(),
+        })
+    }
+
+    /// The producer to use now.
+    pub fn producer(&self) -> Arc<Producer> {
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Sends a prepared batch to `queue` with the current producer.
+    pub async fn send(&self, queue: &MessageQueue, batch: &Prepared) -> Result<SendReceipt, PublishError> {
+        self.producer().send(queue, batch).await
+    }
+
+    /// `topic`'s queues, checked against its pinned count (see [`Producer::pinned_queues`]).
+    pub async fn pinned_queues(&self, topic: &str, pinned: u32) -> Result<Vec<MessageQueue>, PublishError> {
+        self.remember(topic);
+        self.producer().pinned_queues(topic, pinned).await
+    }
+
+    /// `topic`'s queues as the NameServer reports them now.
+    pub async fn live_queues(&self, topic: &str) -> Result<Vec<MessageQueue>, PublishError> {
+        self.remember(topic);
+        self.producer().live_queues(topic).await
+    }
+
+    fn remember(&self, topic: &str) {
+        self.topics.lock().unwrap_or_else(PoisonError::into_inner).insert(topic.to_owned());
+    }
+
+    /// A send could not connect to a broker: the probe starts.
+    pub fn unreachable(&self) {
+        self.unreachable.store(true, Ordering::Relaxed);
+    }
+
+    /// A send was confirmed: the broker is reachable with the current producer.
+    pub fn confirmed(&self) {
+        self.unreachable.store(false, Ordering::Relaxed);
+    }
+
+    /// A receiver that changes when a new producer takes over.
+    pub fn renewals(&self) -> watch::Receiver<u64> {
+        self.renewed.subscribe()
+    }
+
+    /// While sends cannot connect, probes the broker with a separate producer and
+    /// makes it the current one once the broker answers, until `stop`.
+    pub async fn probe(self: Arc<Self>, stop: CancellationToken) {
+        let mut prober: Option<(Producer, u32)> = None;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(PROBE_EVERY) => {}
+                () = stop.cancelled() => break,
+            }
+            if !self.unreachable.load(Ordering::Relaxed) {
+                continue;
+            }
+            let (producer, failures) = match prober.take() {
+                Some(probe) => probe,
+                None => match Producer::start(self.settings.clone()).await {
+                    Ok(producer) => (producer, 0),
+                    Err(error) => {
+                        tracing::debug!(%error, "probe producer cannot start yet");
+                        continue;
+                    }
+                },
+            };
+            match self.reaches_broker(&producer).await {
+                Ok(()) => self.take_over(producer).await,
+                Err(error) if failures + 1 >= PROBES_PER_PRODUCER => {
+                    tracing::debug!(%error, "broker still unreachable; replacing the probe producer");
+                    producer.shutdown().await;
+                }
+                Err(_) => prober = Some((producer, failures + 1)),
+            }
+        }
+        if let Some((producer, _)) = prober {
+            producer.shutdown().await;
+        }
+    }
+
+    /// Whether `producer` reaches the broker: through the first topic in use whose
+    /// route it can read (a topic missing from the cluster is not the broker's fault).
+    async fn reaches_broker(&self, producer: &Producer) -> Result<(), PublishError> {
+        let topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let mut last = Ok(());
+        for topic in &topics {
+            last = producer.reach(topic).await;
+            if last.is_ok() {
+                break;
+            }
+        }
+        last
+    }
+
+    /// Makes `fresh` the current producer, tells the lanes, retires the old one.
+    async fn take_over(&self, fresh: Producer) {
+        let old =
+            std::mem::replace(&mut *self.current.write().unwrap_or_else(PoisonError::into_inner), Arc::new(fresh));
+        self.unreachable.store(false, Ordering::Relaxed);
+        self.renewed.send_modify(|generation| *generation += 1);
+        tracing::info!("broker reachable again: a new producer took over");
+        retire(old).await;
+    }
+
+    /// Shuts the current producer down; every other holder must be gone.
+    pub async fn shutdown(self) {
+        let current = self.current.into_inner().unwrap_or_else(PoisonError::into_inner);
+        retire(current).await;
+    }
+}
+
+/// Shuts `producer` down once no send uses it any more (or after [`RETIRE_WITHIN`]).
+async fn retire(mut producer: Arc<Producer>) {
+    let deadline = tokio::time::Instant::now() + RETIRE_WITHIN;
+    loop {
+        match Arc::try_unwrap(producer) {
+            Ok(unused) => return unused.shutdown().await,
+            Err(shared) if tokio::time::Instant::now() >= deadline => {
+                tracing::warn!("a replaced producer is still in use after {RETIRE_WITHIN:?}; it is dropped without a clean shutdown");
+                // Dropping a client runtime inside async code panics: drop it on a blocking thread.
+                let _ = tokio::task::spawn_blocking(move || drop(shared)).await;
+                return;
+            }
+            Err(shared) => {
+                producer = shared;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
