@@ -16,10 +16,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum DbError {
     #[error("cannot reach the {role} database at {address} (config key {role}.url): {reason}; check that the server is up and the address and credentials are right")]
     Unreachable { role: &'static str, address: String, reason: String },
-    #[error("access denied for user '{user}' on the {role} database at {address} (config key {role}.url): {reason}; fix the user name and password in {role}.url (or {env_key}), and check that the user may use the database named there")]
+    #[error("access denied for user '{user}' on the {role} database at {address} (config key {role}.url): {reason}; fix the user name and password in {role}.url (or {env_key})")]
     AccessDenied { role: &'static str, address: String, user: String, env_key: String, reason: String },
-    #[error("the {role} database server at {address} has no database '{database}' (config key {role}.url): create it (then `outbox-relay migrate`), or fix the database name in {role}.url")]
-    UnknownDatabase { role: &'static str, address: String, database: String },
+    #[error("user '{user}' may not use database '{database}' on the {role} database server at {address} (config key {role}.url): {reason}; check that the database exists (create it, then `outbox-relay migrate`) and that the user has privileges on it, or fix the database name in {role}.url")]
+    DatabaseDenied { role: &'static str, address: String, user: String, database: String, reason: String },
+    #[error("the {role} database server at {address} has no database '{database}' (config key {role}.url, user '{user}'): create it (then `outbox-relay migrate`), or fix the database name in {role}.url")]
+    UnknownDatabase { role: &'static str, address: String, user: String, database: String },
     #[error("{role} database at {address}: {source}")]
     Query { role: &'static str, address: String, source: mysql_async::Error },
 }
@@ -61,18 +63,21 @@ impl DbError {
     /// "unreachable".
     pub fn connect(role: &'static str, url: &DbUrl, error: mysql_async::Error) -> Self {
         let address = url.address().to_owned();
+        let user = url.user().unwrap_or_default().to_owned();
+        let database = url.database().unwrap_or_default().to_owned();
         match &error {
-            mysql_async::Error::Server(e) if e.code == codes::ACCESS_DENIED || e.code == codes::DB_ACCESS_DENIED => {
-                DbError::AccessDenied {
-                    role,
-                    address,
-                    user: url.user().unwrap_or_default().to_owned(),
-                    env_key: format!("{}{}__URL", crate::config::ENV_PREFIX, role.to_uppercase()),
-                    reason: e.message.clone(),
-                }
+            mysql_async::Error::Server(e) if e.code == codes::ACCESS_DENIED => DbError::AccessDenied {
+                role,
+                address,
+                user,
+                env_key: format!("{}{}__URL", crate::config::ENV_PREFIX, role.to_uppercase()),
+                reason: e.message.clone(),
+            },
+            mysql_async::Error::Server(e) if e.code == codes::DB_ACCESS_DENIED => {
+                DbError::DatabaseDenied { role, address, user, database, reason: e.message.clone() }
             }
             mysql_async::Error::Server(e) if e.code == codes::UNKNOWN_DATABASE => {
-                DbError::UnknownDatabase { role, address, database: url.database().unwrap_or_default().to_owned() }
+                DbError::UnknownDatabase { role, address, user, database }
             }
             _ => DbError::Unreachable { role, address, reason: error.to_string() },
         }

@@ -13,51 +13,82 @@ use crate::config::ConfigError;
 use crate::db::DbError;
 use crate::error::RelayError;
 use crate::rocketmq::PublishError;
+use crate::source::binlog::PreflightError;
+
+/// The classes of exit, each with its code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ExitClass {
+    Clean = 0,
+    Bug = 1,
+    Config = 2,
+    DependencyDown = 3,
+    Environment = 4,
+    Checkpoint = 5,
+}
+
+impl ExitClass {
+    /// The process exit code.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+}
 
 /// The process exit code for a failure, found by walking the error chain.
 pub fn code_for(error: &(dyn std::error::Error + 'static)) -> u8 {
+    class_for(error).code()
+}
+
+/// The class of a failure: the first error in the chain that has one, else a bug.
+pub fn class_for(error: &(dyn std::error::Error + 'static)) -> ExitClass {
     let mut current = Some(error);
     while let Some(e) = current {
-        if let Some(code) = direct_code(e) {
-            return code;
+        if let Some(class) = direct_class(e) {
+            return class;
         }
         current = e.source();
     }
-    1
+    ExitClass::Bug
 }
 
-fn direct_code(e: &(dyn std::error::Error + 'static)) -> Option<u8> {
+fn direct_class(e: &(dyn std::error::Error + 'static)) -> Option<ExitClass> {
     if e.is::<ConfigError>() {
-        return Some(2);
+        return Some(ExitClass::Config);
     }
     if let Some(db) = e.downcast_ref::<DbError>() {
-        return Some(db_code(db));
+        return Some(db_class(db));
     }
     if let Some(publish) = e.downcast_ref::<PublishError>() {
-        return Some(publish_code(publish));
+        return Some(publish_class(publish));
     }
     let relay = e.downcast_ref::<RelayError>()?;
     Some(match relay {
-        RelayError::Db(db) => db_code(db),
-        RelayError::Publish(publish) => publish_code(publish),
-        RelayError::Checkpoint(_) | RelayError::CheckpointWriter(_) => 5,
-        RelayError::Config(_) => 2,
-        RelayError::Preflight(_) | RelayError::Columns(_) | RelayError::Environment(_) => 4,
-        RelayError::Panic { .. } | RelayError::Internal(_) => 1,
+        RelayError::Db(db) => db_class(db),
+        RelayError::Publish(publish) => publish_class(publish),
+        RelayError::Checkpoint(_) | RelayError::CheckpointWriter(_) => ExitClass::Checkpoint,
+        RelayError::Config(_) => ExitClass::Config,
+        // A query that failed at start without a server answer: the connection broke.
+        RelayError::Preflight(PreflightError::Query { .. }) => ExitClass::DependencyDown,
+        RelayError::Preflight(_) | RelayError::Columns(_) | RelayError::Environment(_) => ExitClass::Environment,
+        RelayError::Panic { .. } | RelayError::Internal(_) => ExitClass::Bug,
     })
 }
 
-fn db_code(error: &DbError) -> u8 {
+fn db_class(error: &DbError) -> ExitClass {
     match error {
-        DbError::Unreachable { .. } => 3,
-        DbError::AccessDenied { .. } | DbError::UnknownDatabase { .. } | DbError::Query { .. } => 4,
+        DbError::Unreachable { .. } => ExitClass::DependencyDown,
+        DbError::Query { source: mysql_async::Error::Server(_), .. } => ExitClass::Environment,
+        DbError::Query { .. } => ExitClass::DependencyDown,
+        DbError::AccessDenied { .. } | DbError::DatabaseDenied { .. } | DbError::UnknownDatabase { .. } => {
+            ExitClass::Environment
+        }
     }
 }
 
-fn publish_code(error: &PublishError) -> u8 {
+fn publish_class(error: &PublishError) -> ExitClass {
     match error {
-        PublishError::TopicMissing { .. } | PublishError::QueueCountMismatch { .. } => 4,
-        _ => 3,
+        PublishError::TopicMissing { .. } | PublishError::QueueCountMismatch { .. } => ExitClass::Environment,
+        _ => ExitClass::DependencyDown,
     }
 }
 
@@ -80,7 +111,12 @@ mod tests {
             reason: "Access denied".into(),
         };
         assert_eq!(code(RelayError::Db(denied)), 4);
-        let missing = DbError::UnknownDatabase { role: "source", address: "db:3306".into(), database: "nope".into() };
+        let missing = DbError::UnknownDatabase {
+            role: "source",
+            address: "db:3306".into(),
+            user: "r".into(),
+            database: "nope".into(),
+        };
         assert_eq!(code(RelayError::Db(missing)), 4);
         let down = DbError::Unreachable { role: "primary", address: "db:3306".into(), reason: "refused".into() };
         assert_eq!(code(RelayError::Db(down)), 3);

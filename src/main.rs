@@ -86,13 +86,19 @@ enum AdminCommand {
     },
 }
 
+/// Set once logging writes to stderr: from then on errors are logged, not printed.
+static LOGGING: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             let code = exit::code_for(error.as_ref());
-            tracing::error!(exit_code = code, "{error:#}");
-            eprintln!("outbox-relay: error: {error:#}");
+            if LOGGING.get().is_some() {
+                tracing::error!(exit_code = code, "{error:#}");
+            } else {
+                eprintln!("outbox-relay: error: {error:#}");
+            }
             ExitCode::from(code)
         }
     }
@@ -137,8 +143,10 @@ async fn migrate(config: &Config, admin_url: Option<String>) -> anyhow::Result<(
 
 async fn run_relay(config: &Config) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
-    tokio::spawn(stop_on_signal(shutdown.clone()));
-    relay::run(config, shutdown).await?;
+    let signals = tokio::spawn(stop_on_signal(shutdown.clone()));
+    let result = relay::run(config, shutdown).await;
+    signals.abort();
+    result?;
     tracing::info!("relay stopped");
     Ok(())
 }
@@ -197,4 +205,7 @@ fn init_logging(level: &str, format: LogFormat) {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
     }
+    let _ = LOGGING.set(());
+    // A panic is one error line with its place, like every other failure.
+    std::panic::set_hook(Box::new(|info| tracing::error!(target: "panic", "{info}")));
 }

@@ -178,7 +178,7 @@ pub enum FailedKeyPolicy {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SweepConfig {
-    /// Time between sweeps; unset: 30 s in binlog mode, the seed's 500 ms in poll mode.
+    /// Time between sweeps; unset: 30 s in binlog mode, 500 ms in poll mode.
     pub interval_ms: Option<u64>,
     /// Most rows per claim (claims repeat at once while they come back full).
     pub batch: usize,

@@ -121,7 +121,7 @@ fn the_byte_budget_must_hold_the_largest_message() {
 }
 
 #[test]
-fn poll_mode_needs_no_source_and_sweeps_at_the_seeds_pace() {
+fn poll_mode_needs_no_source_and_sweeps_every_500_ms() {
     let without_source =
         EXAMPLE.split("\n[source]\n").next().unwrap_or_default().replace("mode = \"binlog\"", "mode = \"poll\"")
             + "\n[primary]\n"

@@ -3,7 +3,7 @@
 //! Lanes acknowledge events out of order (queue 3 may finish before queue 1). The
 //! checkpoint may only move to the end of a transaction when that transaction and
 //! every earlier one are fully acknowledged (SEND_OK, or durably FAILED): otherwise a
-//! crash would resume past an event that never reached the broker (invariant I3).
+//! crash would resume past an event that never reached the broker.
 //! Sweep batches have no position (`end` is `None`): they hold the watermark back
 //! like any other transaction but never move it. Each transaction may hold a value
 //! (`H`, its share of the in-flight budget) that is dropped when it leaves the

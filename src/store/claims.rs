@@ -1,4 +1,5 @@
-//! Claiming PENDING rows for the sweep, with leases (the seed's incident 2).
+//! Claiming PENDING rows for the sweep, with leases, so a sweeper that dies in the
+//! middle of sending never leaves rows stuck.
 //!
 //! A claim turns rows PENDING -> SENDING with `owner` and `lease_until` so no other
 //! sweeper takes them while they are being sent. Two ways, chosen from the server

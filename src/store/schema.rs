@@ -3,7 +3,7 @@
 //! The relay's own tables are numbered migrations recorded in
 //! `outbox_relay_migrations`, so running `migrate` again is a no-op. The outbox table
 //! (whose name is configurable, so one schema may hold several) is created when
-//! absent; one that already exists in the seed's shape (without `owner`, `msg_id`,
+//! absent; one that already exists in the classic outbox shape (without `owner`, `msg_id`,
 //! `sent_at`, `last_error`, `idx_claim`) gets what is missing added, because teams
 //! adopt the relay on tables they already have.
 //! The DDL runs on MariaDB 10.6+ and MySQL 8.0+ (both have SKIP LOCKED).
@@ -21,7 +21,7 @@ pub struct MigrationReport {
     pub added: Vec<&'static str>,
 }
 
-/// The outbox table: the seed's DDL plus `owner`, `msg_id`, `sent_at`, `last_error`.
+/// The outbox table: the classic outbox columns plus `owner`, `msg_id`, `sent_at`, `last_error`.
 const OUTBOX_DDL: &str = "CREATE TABLE IF NOT EXISTS {outbox} (
   id            BIGINT PRIMARY KEY AUTO_INCREMENT,
   event_id      VARCHAR(64)   NOT NULL,
@@ -100,7 +100,7 @@ const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-/// Columns the relay needs beyond the seed's table, with their definitions.
+/// Columns the relay needs beyond the classic outbox table, with their definitions.
 const EXTRA_OUTBOX_COLUMNS: &[(&str, &str)] = &[
     ("lease_until", "DATETIME(3) NULL"),
     ("owner", "VARCHAR(128) NULL"),
