@@ -5,11 +5,12 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::collector::Collector;
 use common::events::{all_sent, assert_per_key_order, consumed_all, delivery_counts, Events};
-use common::outbox::{Row, TestOutbox};
+use common::outbox::{Row, Step, TestOutbox};
 use common::relay::{RelayOptions, RelayProcess};
 use common::{eventually, unique, Stack};
 use mysql_async::prelude::Queryable;
@@ -49,6 +50,129 @@ async fn rolled_back_rows_other_tables_and_updates_publish_nothing() {
     );
     producer.shutdown().await;
     assert_eq!(relay.stop(), Some(0));
+}
+
+/// `rows` with one biz_key: one queue and one lane, so once a row is SENT everything
+/// the relay handed on before it is stored on the broker.
+fn under_key(rows: Vec<Row>, key: &str) -> Vec<Row> {
+    rows.into_iter().map(|row| Row { biz_key: key.to_owned(), ..row }).collect()
+}
+
+/// The distinct event ids delivered.
+fn distinct_ids(deliveries: &[outbox_kit::consumer::Delivery]) -> BTreeSet<String> {
+    deliveries.iter().map(|d| d.event_id.clone()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xa_rows_are_published_after_xa_commit_only_even_when_the_relay_restarts_in_between() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "xa").await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("xa_consumer")).await;
+    // A grace longer than the test: the sweep takes nothing, so whatever arrives came
+    // through the binlog path (which would otherwise lose rows prepared before a restart).
+    let options = RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__SWEEP__GRACE_MS", 3_600_000);
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    let rows = |name: &str, seqs| under_key(events.rows(name, seqs), "xa");
+
+    let rolled_back = outbox.prepare_xa(&unique("rb"), &rows("rb", 0..2)).await;
+    let committed = outbox.prepare_xa(&unique("c"), &rows("c", 0..3)).await;
+    outbox.insert_tx(&rows("between", 0..1)).await;
+    all_sent(&outbox, 1, Duration::from_secs(60)).await;
+    let producer = stack.producer("xa_check").await;
+    let stored = || async { producer.stored_count(&events.topic).await.expect("queue offsets") };
+    assert_eq!(stored().await, 1, "prepared rows are not published, only the row committed after them");
+
+    // Stop between the prepares and their decisions, and decide while it is down.
+    assert_eq!(relay.stop(), Some(0));
+    rolled_back.rollback().await;
+    committed.commit().await;
+    outbox.commit_xa_one_phase(&unique("one"), &rows("one", 0..2)).await;
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+
+    all_sent(&outbox, 6, Duration::from_secs(60)).await;
+    let got = consumed_all(&collector, &events, 6, Duration::from_secs(60)).await;
+    let expected: BTreeSet<String> = [("between", 0..1), ("c", 0..3), ("one", 0..2)]
+        .into_iter()
+        .flat_map(|(name, seqs)| seqs.map(move |seq| (name, seq)))
+        .map(|(name, seq)| events.id(name, seq))
+        .collect();
+    assert_eq!(distinct_ids(&got), expected, "the committed XA rows arrive, the rolled-back ones never");
+    // The checkpoint stayed before the undecided prepares, so the restart read them
+    // again: `between` was sent a second time, the rolled-back rows never.
+    assert_eq!(stored().await, 7, "between twice, 3 two-phase and 2 one-phase rows");
+    producer.shutdown().await;
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_rolled_back_to_a_savepoint_are_not_published() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "savepoint").await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("savepoint_consumer")).await;
+    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
+    relay.wait_ready().await;
+    let aria = format!("app.{}_aria", outbox.name());
+    outbox
+        .exec(&format!("CREATE TABLE {aria} (id INT AUTO_INCREMENT PRIMARY KEY, note VARCHAR(32)) ENGINE=Aria"))
+        .await;
+    let rows = |name: &str, seqs| Step::Insert(under_key(events.rows(name, seqs), "sp"));
+    let sql = |statement: &str| Step::Sql(statement.to_owned());
+    let non_transactional = sql(&format!("INSERT INTO {aria} (note) VALUES ('not rolled back')"));
+
+    // InnoDB only: the rolled-back row never reaches the binlog.
+    outbox
+        .commit_steps(&[
+            rows("innodb-keep", 0..1),
+            sql("SAVEPOINT s"),
+            rows("innodb-gone", 0..1),
+            sql("ROLLBACK TO SAVEPOINT s"),
+            rows("innodb-after", 0..1),
+        ])
+        .await;
+    // With a non-transactional write: the server logs the rolled-back rows, then ROLLBACK TO.
+    outbox
+        .commit_steps(&[
+            rows("mixed-keep", 0..1),
+            sql("SAVEPOINT s"),
+            rows("mixed-gone", 0..2),
+            non_transactional.clone(),
+            sql("ROLLBACK TO SAVEPOINT s"),
+            rows("mixed-after", 0..1),
+        ])
+        .await;
+    // A savepoint set before anything was written: the rolled-back part is logged as a
+    // group of its own that ends in ROLLBACK.
+    outbox
+        .commit_steps(&[
+            sql("SAVEPOINT s0"),
+            rows("first-gone", 0..1),
+            non_transactional,
+            sql("ROLLBACK TO SAVEPOINT s0"),
+            rows("first-keep", 0..1),
+        ])
+        .await;
+
+    all_sent(&outbox, 5, Duration::from_secs(60)).await;
+    let got = consumed_all(&collector, &events, 5, Duration::from_secs(60)).await;
+    let expected: BTreeSet<String> = ["innodb-keep", "innodb-after", "mixed-keep", "mixed-after", "first-keep"]
+        .into_iter()
+        .map(|name| events.id(name, 0))
+        .collect();
+    assert_eq!(distinct_ids(&got), expected, "only the rows that committed arrive");
+    let producer = stack.producer("savepoint_check").await;
+    assert_eq!(
+        producer.stored_count(&events.topic).await.expect("queue offsets"),
+        5,
+        "no rolled-back row was published"
+    );
+    producer.shutdown().await;
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::Pool;
+use mysql_async::{Conn, Pool};
 use outbox_kit::{OutboxTable, RowStatus};
 use outbox_relay::store::migrate;
 use outbox_test_support::rows::insert_sql;
@@ -59,6 +59,48 @@ impl TestOutbox {
         insert_sql(&self.table, rows.iter().cloned())
     }
 
+    /// Runs `steps` in one transaction on one connection, then commits it.
+    pub async fn commit_steps(&self, steps: &[Step]) {
+        let mut conn = self.pool.get_conn().await.expect("conn");
+        conn.query_drop("BEGIN").await.expect("begin");
+        for step in steps {
+            self.run(&mut conn, step).await;
+        }
+        conn.query_drop("COMMIT").await.expect("commit");
+    }
+
+    /// `XA START` .. `XA PREPARE` of `rows` as XA transaction `xid`, on a connection
+    /// of its own that keeps it prepared until it is decided.
+    pub async fn prepare_xa(&self, xid: &str, rows: &[Row]) -> PreparedXa {
+        let mut conn = self.pool.get_conn().await.expect("conn");
+        self.write_xa(&mut conn, xid, rows).await;
+        conn.query_drop(format!("XA PREPARE '{xid}'")).await.expect("xa prepare");
+        PreparedXa { conn, xid: xid.to_owned() }
+    }
+
+    /// `rows` as XA transaction `xid`, committed with `XA COMMIT .. ONE PHASE`.
+    pub async fn commit_xa_one_phase(&self, xid: &str, rows: &[Row]) {
+        let mut conn = self.pool.get_conn().await.expect("conn");
+        self.write_xa(&mut conn, xid, rows).await;
+        conn.query_drop(format!("XA COMMIT '{xid}' ONE PHASE")).await.expect("xa commit one phase");
+    }
+
+    async fn write_xa(&self, conn: &mut Conn, xid: &str, rows: &[Row]) {
+        conn.query_drop(format!("XA START '{xid}'")).await.expect("xa start");
+        self.run(conn, &Step::Insert(rows.to_vec())).await;
+        conn.query_drop(format!("XA END '{xid}'")).await.expect("xa end");
+    }
+
+    async fn run(&self, conn: &mut Conn, step: &Step) {
+        match step {
+            Step::Insert(rows) => {
+                let (sql, params) = self.insert_params(rows);
+                conn.exec_drop(sql, params).await.expect("insert outbox rows");
+            }
+            Step::Sql(sql) => conn.query_drop(sql).await.expect(sql),
+        }
+    }
+
     /// event_id -> (status, msg_id) of every row.
     pub async fn statuses(&self) -> HashMap<String, (u8, Option<String>)> {
         let mut conn = self.pool.get_conn().await.expect("conn");
@@ -77,5 +119,30 @@ impl TestOutbox {
     /// Runs one statement as root.
     pub async fn exec(&self, sql: &str) {
         self.pool.get_conn().await.expect("conn").query_drop(sql).await.expect(sql);
+    }
+}
+
+/// One step of a transaction written statement by statement.
+#[derive(Clone)]
+pub enum Step {
+    /// Outbox rows, in one INSERT.
+    Insert(Vec<Row>),
+    /// Any statement (SAVEPOINT, ROLLBACK TO, a write to another table).
+    Sql(String),
+}
+
+/// A prepared XA transaction waiting for its decision on its own connection.
+pub struct PreparedXa {
+    conn: Conn,
+    xid: String,
+}
+
+impl PreparedXa {
+    pub async fn commit(mut self) {
+        self.conn.query_drop(format!("XA COMMIT '{}'", self.xid)).await.expect("xa commit");
+    }
+
+    pub async fn rollback(mut self) {
+        self.conn.query_drop(format!("XA ROLLBACK '{}'", self.xid)).await.expect("xa rollback");
     }
 }

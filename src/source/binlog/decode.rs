@@ -2,9 +2,16 @@
 //!
 //! A synchronous state machine, fed one event at a time, so it can be tested on
 //! recorded binlog files. It keeps the current file name (ROTATE), the GTID state,
-//! the outbox table's table ids (TABLE_MAP), and the INSERTs of the open
-//! transaction; it releases them only at the transaction's XID / COMMIT, so a
+//! the outbox table's table ids (TABLE_MAP), and the INSERTs of the open group
+//! ([`OpenGroup`]); it releases them only at the transaction's XID / COMMIT, so a
 //! transaction cut by a crash or a dropped connection is re-read whole, never half.
+//!
+//! Rows that can still be undone after they were read are never released early:
+//! rows rolled back to a savepoint (`ROLLBACK TO` inside the group) are dropped, and
+//! an XA transaction's rows, written at XA PREPARE, wait in [`PreparedXa`] until
+//! `XA COMMIT` releases them or `XA ROLLBACK` drops them. While one waits, every
+//! position reported stays at its start (see [`PreparedXa::cap`]). Rows held that way
+//! are bounded: a group that would hold more than the limit is left to the sweep.
 //!
 //! Only WRITE_ROWS of the outbox table become events; row events of other tables are
 //! skipped by table id without decoding their rows, and UPDATE / DELETE (including the
@@ -21,8 +28,12 @@ use mysql_async::binlog::value::BinlogValue;
 use mysql_async::Value;
 
 use super::columns::ColumnMap;
+use super::group::{Ending, OpenGroup};
 use super::gtid::GtidState;
 use super::mariadb;
+use super::prepared::PreparedXa;
+use super::statement::{Statement, XaStatement};
+use super::xa::{XaPrepare, Xid};
 use crate::event::OutboxEvent;
 use crate::source::BinlogPosition;
 use crate::source::SourceTx;
@@ -37,6 +48,9 @@ pub enum Decoded {
     NeedColumns,
     /// A transaction committed.
     Commit(SourceTx),
+    /// The first rows of a transaction too large to hold whole, which nothing later
+    /// in it can undo: hand them on now; its end comes with its commit.
+    Part(Vec<OutboxEvent>),
     /// A replication heartbeat: the server has nothing newer to send.
     Heartbeat,
 }
@@ -55,6 +69,13 @@ pub enum DecodeError {
     BadRow { file: String, pos: u64, column: &'static str, detail: String },
 }
 
+/// How an XA transaction was decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    Commit,
+    Rollback,
+}
+
 /// The decoder's state between events.
 pub struct Decoder {
     schema: String,
@@ -64,7 +85,13 @@ pub struct Decoder {
     gtid: GtidState,
     /// Table maps of the outbox table by table id.
     outbox_maps: HashMap<u64, TableMapEvent<'static>>,
-    open: Vec<OutboxEvent>,
+    group: OpenGroup,
+    prepared: PreparedXa,
+    /// The size of a part of a large transaction, and the most rows held that cannot
+    /// be handed on yet (undecided XA rows plus the open group's unsettled rows).
+    hold_limit: usize,
+    /// Where the last finished group ended: the start of the group being read.
+    group_start: BinlogPosition,
     /// End of the enclosing TRANSACTION_PAYLOAD (MySQL compressed transactions):
     /// events inside it carry no position of their own.
     payload_end: u64,
@@ -73,16 +100,21 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    /// A decoder for `schema`.`table`, starting in binlog `file` with GTID state `gtid`.
-    pub fn new(schema: &str, table: &str, file: &str, gtid: GtidState) -> Self {
+    /// A decoder for `schema`.`table`, reading from `start`, that hands a transaction
+    /// on in parts of `hold_limit` rows and holds at most that many rows it cannot
+    /// hand on yet.
+    pub fn new(schema: &str, table: &str, start: &BinlogPosition, hold_limit: usize) -> Self {
         Self {
             schema: schema.to_owned(),
             table: table.to_owned(),
             columns: None,
-            file: file.to_owned(),
-            gtid,
+            file: start.file.clone(),
+            gtid: GtidState::parse(start.gtid.as_deref().unwrap_or_default()),
             outbox_maps: HashMap::new(),
-            open: Vec::new(),
+            group: OpenGroup::default(),
+            prepared: PreparedXa::default(),
+            hold_limit,
+            group_start: start.clone(),
             payload_end: 0,
             event_time: 0,
         }
@@ -93,14 +125,9 @@ impl Decoder {
         self.columns = Some(columns);
     }
 
-    /// Outbox events of the transaction read so far (not yet committed).
+    /// Outbox events of the open group read so far and not handed on.
     pub fn open_events(&self) -> usize {
-        self.open.len()
-    }
-
-    /// Takes the events read so far of the open transaction (a part of a large one).
-    pub fn take_open(&mut self) -> Vec<OutboxEvent> {
-        std::mem::take(&mut self.open)
+        self.group.len()
     }
 
     /// Feeds one event.
@@ -122,14 +149,19 @@ impl Decoder {
                 Ok(Decoded::Nothing)
             }
             Some(EventData::GtidEvent(gtid)) => {
-                self.open.clear();
+                self.group.start(Ending::Commits);
                 self.gtid.set_mysql(gtid.sid(), gtid.gno());
                 Ok(Decoded::Nothing)
             }
-            Some(EventData::QueryEvent(query)) => Ok(self.handle_query(&query.query(), pos)),
+            Some(EventData::QueryEvent(query)) => self.handle_query(&query.query(), pos),
             Some(EventData::TableMapEvent(tme)) => Ok(self.handle_table_map(tme)),
             Some(EventData::RowsEvent(rows)) => self.handle_rows(&rows, pos),
             Some(EventData::XidEvent(_)) => Ok(self.commit(pos)),
+            Some(EventData::XaPrepareLogEvent(body)) => {
+                let prepare =
+                    XaPrepare::parse(&body).ok_or_else(|| self.malformed(pos, "short XA_PREPARE_LOG event"))?;
+                Ok(if prepare.one_phase { self.commit(pos) } else { self.prepare(prepare.xid, pos) })
+            }
             Some(EventData::TransactionPayloadEvent(_)) => {
                 // mysql_async decompresses the payload and yields its events next; it
                 // drops a payload it cannot parse, so check it parses here.
@@ -146,8 +178,12 @@ impl Decoder {
             mariadb::Kind::Gtid => {
                 let gtid = mariadb::parse_gtid(event.data(), event.header().server_id())
                     .ok_or_else(|| self.malformed(pos, "short MariaDB GTID event"))?;
-                self.open.clear();
-                self.gtid.set_mariadb(gtid);
+                self.group.start(match gtid.prepared_xa {
+                    Some(xid) => Ending::Xa(xid),
+                    None if gtid.transactional => Ending::Commits,
+                    None => Ending::MayRollBack,
+                });
+                self.gtid.set_mariadb(gtid.gtid);
                 Ok(Decoded::Nothing)
             }
             mariadb::Kind::Ignorable => Ok(Decoded::Nothing),
@@ -157,31 +193,49 @@ impl Decoder {
         }
     }
 
-    fn handle_query(&mut self, query: &str, pos: u64) -> Decoded {
-        let statement = query.trim();
-        let first_word = statement.split_whitespace().next().unwrap_or_default().to_ascii_uppercase();
-        match first_word.as_str() {
-            "BEGIN" => {
-                self.open.clear();
+    fn handle_query(&mut self, query: &str, pos: u64) -> Result<Decoded, DecodeError> {
+        let statement = Statement::parse(query).map_err(|e| self.malformed(pos, e))?;
+        Ok(match statement {
+            Statement::Begin => {
+                self.group.restart();
                 Decoded::Nothing
             }
-            "COMMIT" => self.commit(pos),
+            Statement::Commit | Statement::Xa(XaStatement::Commit { one_phase: true, .. }) => self.commit(pos),
             // A rolled-back group (non-transactional tables involved): nothing committed.
-            "ROLLBACK" if statement.len() == "ROLLBACK".len() => {
-                self.open.clear();
-                self.commit(pos)
+            Statement::Rollback => {
+                self.group.finish();
+                self.end_group(pos, Vec::new())
             }
-            "SAVEPOINT" | "ROLLBACK" | "RELEASE" => Decoded::Nothing,
-            _ if !self.open.is_empty() => Decoded::Nothing,
-            _ => {
+            Statement::Savepoint(name) => {
+                self.group.savepoint(name);
+                Decoded::Nothing
+            }
+            Statement::RollbackTo(name) => {
+                self.group.rollback_to(&name);
+                Decoded::Nothing
+            }
+            Statement::Release(name) => {
+                self.group.release(&name);
+                Decoded::Nothing
+            }
+            Statement::Xa(XaStatement::Start(xid)) => {
+                self.group.start(Ending::Xa(xid));
+                Decoded::Nothing
+            }
+            Statement::Xa(XaStatement::End) => Decoded::Nothing,
+            Statement::Xa(XaStatement::Prepare(xid)) => self.prepare(xid, pos),
+            Statement::Xa(XaStatement::Commit { xid, one_phase: false }) => self.decide(&xid, Decision::Commit, pos),
+            Statement::Xa(XaStatement::Rollback(xid)) => self.decide(&xid, Decision::Rollback, pos),
+            Statement::Other if !self.group.is_idle() => Decoded::Nothing,
+            Statement::Other => {
                 // DDL and other self-committing statements: a transaction boundary. An
                 // ALTER of the outbox may move columns: re-read them at the next TABLE_MAP.
-                if statement.to_ascii_lowercase().contains(&self.table.to_ascii_lowercase()) {
+                if query.to_ascii_lowercase().contains(&self.table.to_ascii_lowercase()) {
                     self.columns = None;
                 }
                 self.commit(pos)
             }
-        }
+        })
     }
 
     fn handle_table_map(&mut self, tme: TableMapEvent<'_>) -> Decoded {
@@ -214,11 +268,58 @@ impl Decoder {
                 decoded.push(self.to_event(after, &columns, pos)?);
             }
         }
-        self.open.extend(decoded);
-        Ok(Decoded::Nothing)
+        self.group.push(decoded);
+        Ok(self.after_rows(pos))
     }
 
+    /// Keeps what is held within the limit, and hands on a part once enough rows
+    /// have settled.
+    fn after_rows(&mut self, pos: u64) -> Decoded {
+        if self.group.held() + self.prepared.events() > self.hold_limit {
+            let dropped = self.group.spill();
+            tracing::warn!(
+                file = %self.file, pos, dropped, limit = self.hold_limit, held_for = %self.group.ending(),
+                "an event group holds more outbox rows that may still be undone than the relay keeps in memory: its rows are left to the sweep, which sends them once they are committed (after sweep.grace_ms); raise lanes.max_in_flight to keep such groups on the binlog path"
+            );
+        }
+        if self.group.settled() >= self.hold_limit {
+            return Decoded::Part(self.group.take_settled());
+        }
+        Decoded::Nothing
+    }
+
+    /// The group ends committed (XID, COMMIT, one-phase XA, DDL).
     fn commit(&mut self, pos: u64) -> Decoded {
+        let events = self.group.finish();
+        self.end_group(pos, events)
+    }
+
+    /// An XA PREPARE ends the group: its rows wait for the decision, keyed by `xid`.
+    fn prepare(&mut self, xid: Xid, pos: u64) -> Decoded {
+        let events = self.group.finish();
+        if !events.is_empty() {
+            self.prepared.hold(xid, events, self.group_start.clone());
+        }
+        self.end_group(pos, Vec::new())
+    }
+
+    /// The group of an `XA COMMIT` or `XA ROLLBACK`: releases or drops what the
+    /// prepare left. Nothing is held for a prepare without outbox rows, one that was
+    /// left to the sweep, or one read before this reader started (the sweep finds
+    /// its rows once they are committed).
+    fn decide(&mut self, xid: &Xid, decision: Decision, pos: u64) -> Decoded {
+        self.group.finish();
+        let held = self.prepared.decide(xid);
+        if held.is_none() {
+            tracing::debug!(%xid, ?decision, file = %self.file, pos, "XA decision without outbox rows held for it");
+        }
+        let events = held.filter(|_| decision == Decision::Commit).unwrap_or_default();
+        self.end_group(pos, events)
+    }
+
+    /// A group ended at `pos`: hands on `events` as a transaction ending there, or at
+    /// the oldest undecided prepare's start while one waits.
+    fn end_group(&mut self, pos: u64, events: Vec<OutboxEvent>) -> Decoded {
         let pos = if pos == 0 { self.payload_end } else { pos };
         let end = BinlogPosition {
             file: self.file.clone(),
@@ -226,7 +327,8 @@ impl Decoder {
             gtid: self.gtid.render(),
             commit_time: Some(self.event_time),
         };
-        Decoded::Commit(SourceTx::binlog(std::mem::take(&mut self.open), end))
+        self.group_start = end.clone();
+        Decoded::Commit(SourceTx::binlog(events, self.prepared.cap(end)))
     }
 
     fn to_event(&self, mut row: BinlogRow, columns: &ColumnMap, pos: u64) -> Result<OutboxEvent, DecodeError> {
@@ -272,7 +374,8 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     //! Decoding real binlog files written by MariaDB and MySQL servers
-    //! (`../shared/fixtures/mysql-binlogs`, read-only test data beside the project).
+    //! (`../shared/fixtures/mysql-binlogs`, read-only test data beside the project,
+    //! and this project's own `tests/fixtures/binlog`).
 
     use std::io::BufReader;
 
@@ -280,40 +383,148 @@ mod tests {
     use mysql_common::binlog::BinlogFile;
 
     use super::*;
+    use crate::source::Origin;
 
-    fn fixture(name: &str) -> BinlogFile<BufReader<std::fs::File>> {
-        let path = format!("{}/../shared/fixtures/mysql-binlogs/{name}", env!("CARGO_MANIFEST_DIR"));
-        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"));
+    /// Large enough that no fixture transaction is handed on in parts.
+    const NO_PARTS: usize = 1_000_000;
+
+    fn shared(name: &str) -> String {
+        format!("{}/../shared/fixtures/mysql-binlogs/{name}", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    fn own(name: &str) -> String {
+        format!("{}/tests/fixtures/binlog/{name}", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    fn fixture(path: &str) -> BinlogFile<BufReader<std::fs::File>> {
+        let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("fixture {path}: {e}"));
         BinlogFile::new(BinlogVersion::Version4, BufReader::new(file)).expect("binlog file header")
     }
 
-    /// Feeds every event of `name` to `decoder`, answering `NeedColumns` with `columns`
-    /// as the reader answers it from information_schema; returns the commits.
-    fn decode_all(name: &str, decoder: &mut Decoder, columns: Option<ColumnMap>) -> Vec<SourceTx> {
-        let mut commits = Vec::new();
-        for event in fixture(name) {
+    /// A decoder for `schema`.`table` starting at the beginning of binlog `file`.
+    fn decoder(schema: &str, table: &str, file: &str, hold_limit: usize) -> Decoder {
+        let start = BinlogPosition { file: file.to_owned(), pos: 4, gtid: None, commit_time: None };
+        Decoder::new(schema, table, &start, hold_limit)
+    }
+
+    /// Feeds every event of the file at `path` to `decoder`, answering `NeedColumns`
+    /// with `columns` as the reader answers it from information_schema; returns what
+    /// it hands on, as the reader does: commits and parts.
+    fn decode_all(path: &str, decoder: &mut Decoder, columns: Option<ColumnMap>) -> Vec<SourceTx> {
+        decode_from(path, 0, decoder, columns)
+    }
+
+    /// As [`decode_all`], for the events from position `from` on (a stream resumed there).
+    fn decode_from(path: &str, from: u64, decoder: &mut Decoder, columns: Option<ColumnMap>) -> Vec<SourceTx> {
+        let mut handed_on = Vec::new();
+        for event in fixture(path) {
             let event = event.expect("readable event");
+            if u64::from(event.header().log_pos()) <= from {
+                continue;
+            }
             let mut decoded = decoder.handle(&event).expect("decodable event");
             if decoded == Decoded::NeedColumns {
                 decoder.set_columns(columns.expect("a column map for the table"));
                 decoded = decoder.handle(&event).expect("decodable event");
             }
             match decoded {
-                Decoded::Commit(tx) => commits.push(tx),
+                Decoded::Commit(tx) => handed_on.push(tx),
+                Decoded::Part(events) => handed_on.push(SourceTx { events, origin: Origin::BinlogPart }),
                 Decoded::NeedColumns => panic!("column map does not match the table map"),
                 Decoded::Nothing | Decoded::Heartbeat => {}
             }
         }
-        commits
+        handed_on
+    }
+
+    /// The event ids of each transaction (or part) with rows, and where it ends
+    /// (`None` for a part).
+    fn summary(handed_on: &[SourceTx]) -> Vec<(Vec<&str>, Option<u64>)> {
+        handed_on
+            .iter()
+            .filter(|tx| !tx.events.is_empty())
+            .map(|tx| (tx.events.iter().map(|e| e.event_id.as_str()).collect(), tx.end().map(|end| end.pos)))
+            .collect()
+    }
+
+    /// `tests/fixtures/binlog/mariadb-10.11-xa-savepoint.000003`: XA transactions and
+    /// savepoints on MariaDB 10.11, written by the script beside it into
+    /// `app.xa_fixture_outbox` (id, event_id, biz_key, topic, payload).
+    const XA_FIXTURE: &str = "mariadb-10.11-xa-savepoint.000003";
+    const XA_COLUMNS: ColumnMap = ColumnMap { id: 0, event_id: 1, biz_key: 2, topic: 3, payload: 4, count: 5 };
+
+    #[test]
+    fn xa_rows_wait_for_xa_commit_and_positions_stay_before_an_undecided_prepare() {
+        let mut decoder = decoder("app", "xa_fixture_outbox", "mariadb-bin.000003", NO_PARTS);
+        let handed_on = decode_all(&own(XA_FIXTURE), &mut decoder, Some(XA_COLUMNS));
+        // xa-rb-1/2 were prepared, then rolled back; xa-c-1 prepared, then committed.
+        // Transactions read while a prepare waits end at that prepare's start: 14518871
+        // (xa-rb's group) and 14519971 (xa-c's group, once xa-rb was rolled back).
+        let expected: Vec<(Vec<&str>, Option<u64>)> = vec![
+            (vec!["plain-1"], Some(14518871)),
+            (vec!["between-1"], Some(14518871)),
+            (vec!["between-2"], Some(14519971)),
+            (vec!["xa-c-1"], Some(14521067)),
+            (vec!["xa-1p-1"], Some(14521419)),
+            (vec!["sp-keep", "sp-after"], Some(14522133)),
+            (vec!["spm-keep", "spm-after"], Some(14523535)),
+            (vec!["sp0-keep"], Some(14524606)),
+            (vec!["spn-keep", "spn-a", "spn-a2"], Some(14526334)),
+            (vec!["xa-g-1"], Some(14526926)),
+            (vec!["plain-end"], Some(14527286)),
+        ];
+        assert_eq!(summary(&handed_on), expected);
+        let ends: Vec<u64> = handed_on.iter().filter_map(|tx| tx.end()).map(|end| end.pos).collect();
+        assert!(ends.windows(2).all(|w| w[0] <= w[1]), "reported positions never go back: {ends:?}");
+        let before_decision = ends.iter().filter(|&&pos| pos > 14518871 && pos < 14521067).copied().collect::<Vec<_>>();
+        assert!(before_decision.iter().all(|&pos| pos == 14519971), "only xa-c's start while it waits: {ends:?}");
+    }
+
+    #[test]
+    fn a_checkpoint_at_a_held_position_reads_the_prepare_again() {
+        let mut first = decoder("app", "xa_fixture_outbox", "mariadb-bin.000003", NO_PARTS);
+        let handed_on = decode_all(&own(XA_FIXTURE), &mut first, Some(XA_COLUMNS));
+        let held = handed_on
+            .iter()
+            .find(|tx| tx.events.iter().any(|e| e.event_id == "between-2"))
+            .and_then(SourceTx::end)
+            .expect("between-2 was handed on");
+        // A restart there: the stream resumes at the held position, so the prepare of
+        // xa-c is read again and its XA COMMIT releases it; between-2 is sent again.
+        let mut restarted = Decoder::new("app", "xa_fixture_outbox", held, NO_PARTS);
+        let after = decode_from(&own(XA_FIXTURE), held.pos, &mut restarted, Some(XA_COLUMNS));
+        let ids: Vec<&str> = after.iter().flat_map(|tx| &tx.events).map(|e| e.event_id.as_str()).collect();
+        assert_eq!(ids.get(..2), Some(&["between-2", "xa-c-1"][..]), "the prepared rows are not lost: {ids:?}");
+    }
+
+    #[test]
+    fn rows_that_may_be_undone_are_never_handed_on_in_parts_and_beyond_the_limit_go_to_the_sweep() {
+        // One row per part: committing transactions go ahead row by row; a group
+        // holding two rows that may still be undone is left to the sweep.
+        let mut decoder = decoder("app", "xa_fixture_outbox", "mariadb-bin.000003", 1);
+        let handed_on = decode_all(&own(XA_FIXTURE), &mut decoder, Some(XA_COLUMNS));
+        let expected: Vec<(Vec<&str>, Option<u64>)> = vec![
+            (vec!["plain-1"], None),
+            (vec!["between-1"], None),
+            (vec!["between-2"], None),
+            (vec!["xa-c-1"], Some(14521067)),
+            (vec!["xa-1p-1"], None),
+            (vec!["sp-keep"], None),
+            (vec!["sp-after"], Some(14522133)),
+            (vec!["sp0-keep"], Some(14524606)),
+            (vec!["xa-g-1"], Some(14526926)),
+            (vec!["plain-end"], None),
+        ];
+        assert_eq!(summary(&handed_on), expected);
     }
 
     #[test]
     fn mariadb_outbox_inserts_decode_with_gtids_and_commit_positions() {
         // toddy_test.outbox(id INT, name VARCHAR, n INT, payload JSON, created TIMESTAMP):
         // map every text field to the VARCHAR column and the payload to the JSON one.
-        let mut decoder = Decoder::new("toddy_test", "outbox", "mariadb-bin.000001", GtidState::default());
+        let mut decoder = decoder("toddy_test", "outbox", "mariadb-bin.000001", NO_PARTS);
         let columns = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 3, count: 5 };
-        let commits: Vec<SourceTx> = decode_all("mariadb-bin.000001", &mut decoder, Some(columns))
+        let commits: Vec<SourceTx> = decode_all(&shared("mariadb-bin.000001"), &mut decoder, Some(columns))
             .into_iter()
             .filter(|tx| !tx.events.is_empty())
             .collect();
@@ -336,8 +547,8 @@ mod tests {
 
     #[test]
     fn other_tables_are_skipped_and_their_transactions_still_advance_the_position() {
-        let mut decoder = Decoder::new("toddy_test", "not_the_outbox", "mariadb-bin.000001", GtidState::default());
-        let commits = decode_all("mariadb-bin.000001", &mut decoder, None);
+        let mut decoder = decoder("toddy_test", "not_the_outbox", "mariadb-bin.000001", NO_PARTS);
+        let commits = decode_all(&shared("mariadb-bin.000001"), &mut decoder, None);
         assert!(commits.iter().all(|tx| tx.events.is_empty()), "rows of another table became events");
         assert_eq!(commits.iter().map(|tx| tx.end().expect("a binlog transaction").pos).max(), Some(1074));
     }
@@ -345,9 +556,9 @@ mod tests {
     #[test]
     fn mysql_binary_json_is_published_as_json_text() {
         // mysql.t(id INT, json_col JSON, name VARCHAR AS (...), age INT AS (...)).
-        let mut decoder = Decoder::new("mysql", "t", "json.binlog.000001", GtidState::default());
+        let mut decoder = decoder("mysql", "t", "json.binlog.000001", NO_PARTS);
         let columns = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 1, count: 4 };
-        let events: Vec<OutboxEvent> = decode_all("json.binlog.000001", &mut decoder, Some(columns))
+        let events: Vec<OutboxEvent> = decode_all(&shared("json.binlog.000001"), &mut decoder, Some(columns))
             .into_iter()
             .flat_map(|tx| tx.events)
             .collect();
@@ -364,8 +575,8 @@ mod tests {
 
     #[test]
     fn mysql_gtids_are_tracked_as_uuid_and_number() {
-        let mut decoder = Decoder::new("test", "none", "binlog.000001", GtidState::default());
-        let commits = decode_all("binlog_transaction_with_GTID.000001", &mut decoder, None);
+        let mut decoder = decoder("test", "none", "binlog.000001", NO_PARTS);
+        let commits = decode_all(&shared("binlog_transaction_with_GTID.000001"), &mut decoder, None);
         let gtid = commits
             .last()
             .and_then(|tx| tx.end().expect("a binlog transaction").gtid.clone())
@@ -379,8 +590,8 @@ mod tests {
     fn a_compressed_mysql_transaction_payload_is_accepted_not_skipped() {
         // The live stream decompresses TRANSACTION_PAYLOAD and yields its events; the
         // decoder checks the payload parses (mysql_async drops one it cannot parse).
-        let mut decoder = Decoder::new("test", "none", "binlog.000001", GtidState::default());
-        for event in fixture("transaction_compression.000001") {
+        let mut decoder = decoder("test", "none", "binlog.000001", NO_PARTS);
+        for event in fixture(&shared("transaction_compression.000001")) {
             let event = event.expect("readable event");
             decoder.handle(&event).expect("a compressed transaction is decodable");
         }

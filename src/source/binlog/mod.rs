@@ -5,7 +5,9 @@
 //! heartbeats and treats three missed heartbeats as a dead connection. On any
 //! connection error it reconnects with backoff from the end of the last
 //! transaction it handed on (the pipeline still holds everything before), so a
-//! reconnect neither loses nor repeats a transaction. Transactions go through the
+//! reconnect neither loses nor repeats a transaction; while an XA transaction is
+//! prepared but undecided, that end is held at the prepare's start, so a reconnect
+//! then repeats what came after it (duplicates, never loss). Transactions go through the
 //! [`Handoff`]: when the pipeline is full it stops reading, which bounds memory.
 //!
 //! Errors a reconnect cannot fix by itself (a missing privilege, an event it cannot
@@ -23,9 +25,13 @@
 
 mod columns;
 mod decode;
+mod group;
 mod gtid;
 mod mariadb;
 mod preflight;
+mod prepared;
+mod statement;
+mod xa;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -38,7 +44,6 @@ use tokio_util::sync::CancellationToken;
 
 pub use columns::{ColumnError, ColumnMap};
 pub use decode::{DecodeError, Decoded, Decoder};
-pub use gtid::GtidState;
 pub use preflight::{check as preflight, current_position, Flavor, PreflightError, ServerInfo};
 
 use super::{BinlogPosition, Handoff, Origin, PipelineClosed, SourceTx};
@@ -64,7 +69,10 @@ pub struct ReaderSettings {
     pub flavor: Flavor,
     pub reconnect: Backoff,
     /// A transaction with more outbox events than this is handed on in parts, so
-    /// memory stays bounded however large it is (half the in-flight budget).
+    /// memory stays bounded however large it is (half the in-flight budget). Rows
+    /// that may still be undone (undecided XA, after a savepoint) cannot go ahead:
+    /// the reader holds at most this many of them, and leaves a group that would
+    /// hold more to the sweep.
     pub part_events: usize,
 }
 
@@ -234,12 +242,8 @@ impl Reader {
     ) -> Result<std::convert::Infallible, Retry> {
         let mut stream = self.connect(position).await?;
         tracing::info!(file = %position.file, pos = position.pos, server_id = self.settings.server_id, "tailing binlog");
-        let mut decoder = Decoder::new(
-            &self.settings.schema,
-            &self.settings.table,
-            &position.file,
-            GtidState::parse(position.gtid.as_deref().unwrap_or_default()),
-        );
+        let mut decoder =
+            Decoder::new(&self.settings.schema, &self.settings.table, position, self.settings.part_events);
         decoder.set_columns(self.load_columns().await?);
         let dead_after = self.settings.heartbeat * 3;
         let mut unflushed: Option<BinlogPosition> = None;
@@ -289,9 +293,8 @@ impl Reader {
                     unflushed = Some(end);
                     flush_now = true;
                 }
-                Decoded::Nothing if decoder.open_events() >= self.settings.part_events => {
-                    let part = SourceTx { events: decoder.take_open(), origin: Origin::BinlogPart };
-                    self.hand_on(part, position).await?;
+                Decoded::Part(events) => {
+                    self.hand_on(SourceTx { events, origin: Origin::BinlogPart }, position).await?;
                 }
                 Decoded::Heartbeat | Decoded::Nothing | Decoded::NeedColumns => {}
             }

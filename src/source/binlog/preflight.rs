@@ -2,7 +2,9 @@
 //!
 //! Every setting the relay depends on is checked at start with an error that names
 //! the setting, its value and the fix: binlog off, STATEMENT/MIXED format, MINIMAL
-//! row image, MariaDB binlog compression, missing replication privileges.
+//! row image, MariaDB binlog compression, missing replication privileges. A setting
+//! the relay works with but that weakens what it can promise (`sync_binlog` other
+//! than 1) is a warning with the fix.
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
@@ -44,11 +46,11 @@ pub async fn check(conn: &mut Conn, address: &str) -> Result<ServerInfo, Preflig
     let values = text_row(
         conn,
         address,
-        "SELECT @@version, @@server_id, @@hostname, @@port, @@log_bin, @@binlog_format, @@binlog_row_image",
+        "SELECT @@version, @@server_id, @@hostname, @@port, @@log_bin, @@binlog_format, @@binlog_row_image, @@sync_binlog",
     )
     .await?;
-    let [version, server_id, hostname, port, log_bin, format, row_image] =
-        <[String; 7]>::try_from(values).map_err(|_| PreflightError::Query {
+    let [version, server_id, hostname, port, log_bin, format, row_image, sync_binlog] = <[String; 8]>::try_from(values)
+        .map_err(|_| PreflightError::Query {
             address: address.to_owned(),
             detail: "unexpected answer to SELECT @@version".into(),
         })?;
@@ -82,6 +84,13 @@ pub async fn check(conn: &mut Conn, address: &str) -> Result<ServerInfo, Preflig
             "FULL",
             "set binlog_row_image = FULL (MINIMAL/NOBLOB can omit outbox columns)",
         ));
+    }
+    if !syncs_every_commit(&sync_binlog) {
+        tracing::warn!(
+            address,
+            sync_binlog = %sync_binlog,
+            "source {address}: sync_binlog is {sync_binlog}, not 1: after a crash of the source its binlog can lack transactions the relay already published (then rolled back on the source) or that stayed committed (left to the sweep); fix: set sync_binlog = 1 on the source"
+        );
     }
     let flavor = if version.contains("MariaDB") { Flavor::MariaDb } else { Flavor::MySql };
     let identity = match flavor {
@@ -140,6 +149,12 @@ pub async fn current_position(
     Ok(BinlogPosition { file, pos, gtid, commit_time: None })
 }
 
+/// `sync_binlog = 1`: the binlog is on disk before a commit returns. Any other value
+/// lets a crash of the source lose the binlog's tail, which the relay may have read.
+fn syncs_every_commit(sync_binlog: &str) -> bool {
+    sync_binlog.trim() == "1"
+}
+
 /// The first row of `sql` as text values (NULL as ""), or empty when there is no row.
 /// Read as text on purpose: typed conversion of an unexpected column panics.
 async fn text_row(conn: &mut Conn, address: &str, sql: &str) -> Result<Vec<String>, PreflightError> {
@@ -165,5 +180,18 @@ fn classify(address: &str, error: mysql_async::Error) -> PreflightError {
             PreflightError::Privilege { address: address.to_owned(), detail: e.message.clone() }
         }
         _ => PreflightError::Query { address: address.to_owned(), detail: error.to_string() },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_sync_binlog_1_is_safe() {
+        assert!(syncs_every_commit("1"));
+        for value in ["0", "100", ""] {
+            assert!(!syncs_every_commit(value), "{value:?}");
+        }
     }
 }
