@@ -28,6 +28,8 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         config.lanes.max_in_flight_bytes as u64,
         config.rocketmq.max_message_bytes as u64,
     )?;
+    at_most("lanes.max_in_flight", config.lanes.max_in_flight as u64, MAX_BUDGET)?;
+    at_most("lanes.max_in_flight_bytes", config.lanes.max_in_flight_bytes as u64, MAX_BUDGET)?;
     at_least("retry.backoff_initial_ms", config.retry.backoff_initial_ms, 1)?;
     at_least("retry.backoff_max_ms", config.retry.backoff_max_ms, config.retry.backoff_initial_ms)?;
     at_least("sweep.interval_ms", config.sweep.interval(config.mode).as_millis() as u64, 10)?;
@@ -107,6 +109,18 @@ fn check_identifier(key: &str, name: &str) -> Result<(), ConfigError> {
             format!("{name:?}"),
             "a MySQL identifier of letters, digits, _ or $ (1..=64 chars)",
         ))
+    }
+}
+
+/// The largest in-flight budget (events or bytes): far beyond any sensible setting,
+/// and within what the budget's semaphores can count.
+const MAX_BUDGET: u64 = 1 << 40;
+
+fn at_most(key: &str, value: u64, max: u64) -> Result<(), ConfigError> {
+    if value <= max {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(key, value, &format!("at most {max}")))
     }
 }
 

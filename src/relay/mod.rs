@@ -126,7 +126,19 @@ async fn serve(config: &Config, pipeline: Pipeline, shutdown: CancellationToken)
                 config.http.listen
             ))
         })?;
-    let http_task = tokio::spawn(server);
+    // The endpoint outlives the pipeline (it answers "stopping" while the relay drains),
+    // so it has a supervisor of its own, joined last; its failure stops the relay too.
+    let endpoint = Supervisor::new(shutdown.clone(), health.clone());
+    let stopped_on_purpose = http_stop.clone();
+    endpoint.spawn("metrics endpoint", async move {
+        let served = server.await.map_err(|e| RelayError::Internal(format!("the metrics endpoint failed: {e}")));
+        match served {
+            Ok(()) if !stopped_on_purpose.is_cancelled() => {
+                Err(RelayError::Internal("the metrics endpoint stopped by itself".into()))
+            }
+            other => other,
+        }
+    });
     tracing::info!("metrics on http://{address}/metrics, readiness on http://{address}/readyz, liveness on http://{address}/healthz");
     let supervisor = Supervisor::new(shutdown.clone(), health.clone());
     let started = start_pipeline(config, pipeline, &supervisor, metrics, &health).await;
@@ -139,12 +151,8 @@ async fn serve(config: &Config, pipeline: Pipeline, shutdown: CancellationToken)
     shutdown.cancel();
     let joined = supervisor.join().await;
     http_stop.cancel();
-    match http_task.await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => tracing::warn!(%error, "the metrics endpoint failed while stopping"),
-        Err(error) => tracing::warn!(%error, "the metrics endpoint task failed"),
-    }
-    started.and(joined)
+    let served = endpoint.join().await;
+    started.and(joined).and(served)
 }
 
 /// Stops the RocketMQ client; every lane has ended, so nothing else holds it.

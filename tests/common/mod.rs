@@ -63,14 +63,11 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let until = tokio::time::Instant::now() + deadline;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(tokio::time::Instant::now() < until, "timed out after {deadline:?} waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let waited = outbox_test_support::until(what, deadline, || {
+        let checked = check();
+        async move { Ok(checked.await) }
+    });
+    waited.await.unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// A new topic with `TEST_TOPIC_QUEUES` queues, so a test's consumer reads only its

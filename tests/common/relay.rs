@@ -104,9 +104,10 @@ impl RelayProcess {
         self.0.kill().expect("kill relay");
     }
 
-    /// SIGTERM and wait for a clean exit (drain + checkpoint); returns the exit code.
+    /// SIGTERM and wait for the exit (drain + checkpoint, well within 30 s); returns
+    /// the exit code.
     pub fn stop(&mut self) -> Option<i32> {
-        self.0.terminate().expect("stop relay")
+        self.0.terminate(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e:#}\n{}", self.log_text()))
     }
 
     /// GET `path` from the relay's metrics and health endpoint: the whole response.

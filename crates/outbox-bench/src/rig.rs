@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Pool};
-use outbox_kit::OutboxTable;
+use outbox_kit::{OutboxTable, RowStatus};
 use outbox_relay::config::DbUrl;
 use outbox_relay::store::migrate;
 use outbox_test_support::relay::RelayProcess;
@@ -126,7 +126,11 @@ impl Rig {
             .root
             .get_conn()
             .await?
-            .query_first(format!("SELECT COUNT(*) FROM {} WHERE status <> 2", table.qualified()))
+            .query_first(format!(
+                "SELECT COUNT(*) FROM {} WHERE status <> {}",
+                table.qualified(),
+                RowStatus::Sent.code()
+            ))
             .await?;
         Ok(count.unwrap_or(0))
     }
@@ -213,7 +217,7 @@ impl RelayChild {
 
     /// SIGTERM and wait; an error when it does not exit 0.
     pub fn stop(mut self) -> anyhow::Result<()> {
-        match self.0.terminate()? {
+        match self.0.terminate(Duration::from_secs(60))? {
             Some(0) => Ok(()),
             code => bail!("the relay exited with {code:?}; log {}", self.0.log_path().display()),
         }
@@ -238,14 +242,9 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<bool>>,
 {
-    let deadline = Instant::now() + limit;
-    loop {
-        if check().await? {
-            return Ok(Instant::now());
-        }
-        if Instant::now() > deadline {
-            bail!("timed out after {limit:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    outbox_test_support::until(what, limit, || {
+        let checked = check();
+        async move { Ok(checked.await?.then(Instant::now)) }
+    })
+    .await
 }

@@ -54,24 +54,17 @@ impl RelayProcess {
     /// Waits until `/readyz` says `ready` (200) or not (503); returns that response.
     /// Fails when the relay exits first or `deadline` passes.
     pub async fn wait_readiness(&mut self, ready: bool, deadline: Duration) -> anyhow::Result<String> {
-        let until = tokio::time::Instant::now() + deadline;
         let wanted = if ready { "HTTP/1.0 200" } else { "HTTP/1.0 503" };
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                bail!("the relay exited ({status}) before /readyz answered {wanted}; log {}", self.log.display());
-            }
-            let response = self.get("/readyz").unwrap_or_default();
-            if response.starts_with(wanted) {
-                return Ok(response);
-            }
-            if tokio::time::Instant::now() >= until {
-                bail!(
-                    "/readyz never answered {wanted} within {deadline:?}; last: {response}; log {}",
-                    self.log.display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let what = format!("/readyz to answer {wanted} (log {})", self.log.display());
+        crate::until(&what, deadline, || std::future::ready(self.readiness_is(wanted))).await
+    }
+
+    /// The `/readyz` response if it starts with `wanted`; an error once the relay exited.
+    fn readiness_is(&mut self, wanted: &str) -> anyhow::Result<Option<String>> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!("the relay exited ({status}) before /readyz answered {wanted}; log {}", self.log.display());
         }
+        Ok(self.get("/readyz").ok().filter(|response| response.starts_with(wanted)))
     }
 
     /// The value of counter or gauge `name` on `/metrics`.
@@ -85,23 +78,27 @@ impl RelayProcess {
 
     /// Waits for the relay to exit on its own; its exit code.
     pub async fn wait_exit(&mut self, deadline: Duration) -> anyhow::Result<Option<i32>> {
-        let until = tokio::time::Instant::now() + deadline;
+        let what = format!("the relay to exit (log {})", self.log.display());
+        let exited =
+            || std::future::ready(self.child.try_wait().map(|s| s.map(|status| status.code())).map_err(Into::into));
+        crate::until(&what, deadline, exited).await
+    }
+
+    /// SIGTERM, then waits up to `deadline` for the exit (drain and final
+    /// checkpoint); the exit code. A relay that does not stop in time is an error.
+    pub fn terminate(&mut self, deadline: Duration) -> anyhow::Result<Option<i32>> {
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status()?;
+        anyhow::ensure!(status.success(), "kill -TERM {} failed", self.child.id());
+        let until = std::time::Instant::now() + deadline;
         loop {
             if let Some(status) = self.child.try_wait()? {
                 return Ok(status.code());
             }
-            if tokio::time::Instant::now() >= until {
-                bail!("the relay still runs after {deadline:?}; log {}", self.log.display());
+            if std::time::Instant::now() >= until {
+                bail!("the relay did not stop within {deadline:?} of SIGTERM; log {}", self.log.display());
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            std::thread::sleep(Duration::from_millis(50));
         }
-    }
-
-    /// SIGTERM, then waits for the exit (drain and final checkpoint); the exit code.
-    pub fn terminate(&mut self) -> anyhow::Result<Option<i32>> {
-        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status()?;
-        anyhow::ensure!(status.success(), "kill -TERM {} failed", self.child.id());
-        Ok(self.child.wait()?.code())
     }
 
     /// SIGKILL: no drain, no final checkpoint.

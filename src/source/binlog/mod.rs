@@ -190,6 +190,10 @@ impl Reader {
     /// Counts and reports a lost position, then sweeps and moves on to `resume_at`.
     async fn position_lost(&self, reason: String, resume_at: &BinlogPosition) -> Result<(), PipelineClosed> {
         self.links.metrics.position_lost.inc();
+        self.links.health.problem(
+            Part::BinlogSource,
+            format!("binlog source: position lost ({reason}); sweeping every PENDING row, then tailing again"),
+        );
         tracing::error!(%reason, file = %resume_at.file, pos = resume_at.pos, "binlog position lost: sweeping every PENDING row, then tailing from the current position; nothing is skipped");
         self.full_sweep(reason, resume_at).await
     }
@@ -210,6 +214,11 @@ impl Reader {
                     failures += 1;
                     let delay = self.settings.reconnect.delay(failures);
                     tracing::warn!(%error, retry_in = ?delay, "cannot read the source's current binlog position; retrying");
+                    self.links.watermark.source_down();
+                    self.links.health.problem(
+                        Part::BinlogSource,
+                        format!("binlog source {address}: cannot read the current binlog position ({error}); retrying"),
+                    );
                     tokio::time::sleep(delay).await;
                 }
             }
