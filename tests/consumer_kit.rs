@@ -1,13 +1,17 @@
 //! The idempotency kit against the real MariaDB, the real broker and real consumers:
-//! the seed's incident 3 cannot happen, duplicates are ACKed once processed, rejected
-//! events are quarantined and not retried, racing consumers process once, stale
-//! versions are dropped, and every PROCESSED mark has its business result.
+//! the seed's incident 3 cannot happen (orderly and concurrent), duplicates are ACKed
+//! once processed, rejected events are quarantined and not retried, racing consumers
+//! process once, stale versions are dropped, every PROCESSED mark has its business
+//! result, and orderly consumption applies every key's events in order, each once,
+//! although handlers fail and retry along the way.
 #![recursion_limit = "512"]
 
 mod common;
 
+use std::collections::{BTreeMap, HashSet};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,11 +21,14 @@ use mysql_async::{Pool, Transaction};
 use outbox_kit::consumer::guards::advance_version;
 use outbox_kit::consumer::retention;
 use outbox_kit::consumer::{
-    schema, ConsumerMetrics, DedupKey, Delivery, EventHandler, HandlerError, HandlerFuture, IdempotentConsumer,
-    StartFrom, Subscription,
+    schema, ConsumerMetrics, Consumption, DedupKey, Delivery, EventHandler, HandlerError, HandlerFuture,
+    IdempotentConsumer, StartFrom, Subscription,
 };
+use outbox_relay::config::HashFunction;
 use outbox_relay::event::OutboxEvent;
+use outbox_relay::relay::route::queue_for;
 use outbox_relay::rocketmq::Producer;
+use tokio::sync::Semaphore;
 
 /// The benefits service's business write: one benefit row per order it processes.
 struct Benefits {
@@ -32,11 +39,20 @@ struct Benefits {
     reject: bool,
     /// Time spent inside the transaction (widens races).
     hold: Duration,
+    /// Calls after the failing ones start only with a permit: a test holds the retry
+    /// back until it has looked at what the failed attempt left.
+    after_failures: Semaphore,
 }
 
 impl Benefits {
     fn new() -> Self {
-        Self { calls: AtomicUsize::new(0), fail_first: 0, reject: false, hold: Duration::ZERO }
+        Self {
+            calls: AtomicUsize::new(0),
+            fail_first: 0,
+            reject: false,
+            hold: Duration::ZERO,
+            after_failures: Semaphore::new(Semaphore::MAX_PERMITS),
+        }
     }
 }
 
@@ -44,6 +60,11 @@ impl EventHandler for Benefits {
     fn handle<'a>(&'a self, tx: &'a mut Transaction<'static>, delivery: &'a Delivery) -> HandlerFuture<'a> {
         Box::pin(async move {
             let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+            let _permit = if call > self.fail_first {
+                Some(self.after_failures.acquire().await.map_err(|e| HandlerError::Retryable(e.to_string()))?)
+            } else {
+                None
+            };
             let order: serde_json::Value =
                 serde_json::from_slice(&delivery.body).map_err(|e| HandlerError::NonRetryable(e.to_string()))?;
             let order_id =
@@ -103,10 +124,13 @@ impl Kit {
     async fn consumer<H: EventHandler>(
         &self,
         handler: H,
+        consumption: Consumption,
     ) -> (Arc<IdempotentConsumer<H>>, ConsumerMetrics, Subscription) {
         let metrics = ConsumerMetrics::default();
-        let consumer =
-            Arc::new(IdempotentConsumer::new(self.pool.clone(), handler, DedupKey::EventId, metrics.clone()));
+        let consumer = Arc::new(
+            IdempotentConsumer::new(self.pool.clone(), handler, DedupKey::EventId, metrics.clone())
+                .with_consumption(consumption),
+        );
         let subscription = Arc::clone(&consumer)
             .subscribe(
                 &self.stack.namesrv,
@@ -139,8 +163,18 @@ fn handled(metrics: &ConsumerMetrics) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_that_fails_once_processes_the_event_exactly_once_and_marks_only_after_success() {
+    fails_once_then_succeeds(Consumption::Orderly).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_consumption_also_processes_an_event_that_failed_once_exactly_once() {
+    fails_once_then_succeeds(Consumption::Concurrent).await;
+}
+
+async fn fails_once_then_succeeds(consumption: Consumption) {
     let kit = Kit::new().await;
-    let (consumer, metrics, subscription) = kit.consumer(Benefits { fail_first: 1, ..Benefits::new() }).await;
+    let held_back = Benefits { fail_first: 1, after_failures: Semaphore::new(0), ..Benefits::new() };
+    let (consumer, metrics, subscription) = kit.consumer(held_back, consumption).await;
     let event_id = unique("ev");
     kit.publish(&event_id, 1, "").await;
 
@@ -159,6 +193,7 @@ async fn a_handler_that_fails_once_processes_the_event_exactly_once_and_marks_on
         0,
         "the failed attempt's business write was kept"
     );
+    consumer.handler().after_failures.add_permits(1);
 
     eventually("the redelivery to be processed", Duration::from_secs(90), || async {
         (metrics.processed.get() == 1).then_some(())
@@ -177,7 +212,7 @@ fn consumer_calls(consumer: &IdempotentConsumer<Benefits>) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_event_delivered_five_times_has_one_effect_and_four_dedup_hits() {
     let kit = Kit::new().await;
-    let (_consumer, metrics, subscription) = kit.consumer(Benefits::new()).await;
+    let (_consumer, metrics, subscription) = kit.consumer(Benefits::new(), Consumption::Orderly).await;
     let event_id = unique("ev");
     for _ in 0..5 {
         kit.publish(&event_id, 7, "").await;
@@ -202,7 +237,8 @@ async fn the_same_event_delivered_five_times_has_one_effect_and_four_dedup_hits(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_non_retryable_failure_is_quarantined_rejected_acked_and_not_redelivered() {
     let kit = Kit::new().await;
-    let (consumer, metrics, subscription) = kit.consumer(Benefits { reject: true, ..Benefits::new() }).await;
+    let (consumer, metrics, subscription) =
+        kit.consumer(Benefits { reject: true, ..Benefits::new() }, Consumption::Orderly).await;
     let event_id = unique("ev");
     kit.publish(&event_id, 9, "").await;
     eventually("the event to be rejected", Duration::from_secs(60), || async {
@@ -228,7 +264,8 @@ async fn a_non_retryable_failure_is_quarantined_rejected_acked_and_not_redeliver
         1
     );
     assert_eq!(count(&kit.pool, "SELECT COUNT(*) FROM benefits").await, 0, "the rejected attempt's write rolled back");
-    // A redelivery would come through the retry topic after 10 s: watch past that.
+    // An orderly redelivery would come after a pause of 100 ms, a concurrent one through
+    // the retry topic after 10 s: watch past both.
     let until = tokio::time::Instant::now() + Duration::from_secs(15);
     while tokio::time::Instant::now() < until {
         assert_eq!(consumer_calls(&consumer), 1, "a rejected event was handed to the handler again");
@@ -248,8 +285,8 @@ async fn a_non_retryable_failure_is_quarantined_rejected_acked_and_not_redeliver
 async fn two_consumers_racing_on_one_event_process_it_once() {
     let kit = Kit::new().await;
     let hold = Duration::from_millis(500);
-    let (_a, metrics_a, sub_a) = kit.consumer(Benefits { hold, ..Benefits::new() }).await;
-    let (_b, metrics_b, sub_b) = kit.consumer(Benefits { hold, ..Benefits::new() }).await;
+    let (_a, metrics_a, sub_a) = kit.consumer(Benefits { hold, ..Benefits::new() }, Consumption::Orderly).await;
+    let (_b, metrics_b, sub_b) = kit.consumer(Benefits { hold, ..Benefits::new() }, Consumption::Orderly).await;
     for n in 0..5 {
         kit.publish(&unique("race"), 100 + n, "").await;
     }
@@ -285,7 +322,7 @@ impl EventHandler for VersionedStatus {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_older_version_arriving_after_a_newer_one_is_dropped() {
     let kit = Kit::new().await;
-    let (_consumer, metrics, subscription) = kit.consumer(VersionedStatus).await;
+    let (_consumer, metrics, subscription) = kit.consumer(VersionedStatus, Consumption::Orderly).await;
     kit.publish(&unique("v3"), 55, r#","version":3"#).await;
     eventually("version 3 applied", Duration::from_secs(60), || async { (metrics.processed.get() == 1).then_some(()) })
         .await;
@@ -308,7 +345,8 @@ async fn an_older_version_arriving_after_a_newer_one_is_dropped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_processed_dedup_row_has_its_business_result() {
     let kit = Kit::new().await;
-    let (_consumer, metrics, subscription) = kit.consumer(Benefits { fail_first: 3, ..Benefits::new() }).await;
+    let (_consumer, metrics, subscription) =
+        kit.consumer(Benefits { fail_first: 3, ..Benefits::new() }, Consumption::Orderly).await;
     for n in 0..50 {
         kit.publish(&unique("sample"), 1_000 + n, "").await;
     }
@@ -325,6 +363,101 @@ async fn every_processed_dedup_row_has_its_business_result() {
     .await;
     assert_eq!(orphans, 0, "PROCESSED dedup rows without a business result");
     assert_eq!(count(&kit.pool, "SELECT COUNT(*) FROM benefits").await, 50);
+    subscription.shutdown().await;
+}
+
+/// Keys, events per key and the share of first attempts that fail in the ordering test.
+const ORDERED_KEYS: usize = 50;
+const EVENTS_PER_KEY: usize = 200;
+const FAIL_ONE_IN: u64 = 10;
+
+/// Applies numbered events: records each key's sequence numbers in the order it applies
+/// them, in the transaction that holds the dedup mark. About one event in
+/// [`FAIL_ONE_IN`] (a different draw each run) fails retryably on its first attempt,
+/// after its write, which must roll back.
+struct SequenceLog {
+    draw: RandomState,
+    failed: Mutex<HashSet<String>>,
+}
+
+impl EventHandler for SequenceLog {
+    fn handle<'a>(&'a self, tx: &'a mut Transaction<'static>, delivery: &'a Delivery) -> HandlerFuture<'a> {
+        Box::pin(async move {
+            let event: serde_json::Value =
+                serde_json::from_slice(&delivery.body).map_err(|e| HandlerError::NonRetryable(e.to_string()))?;
+            let seq = event["seq"].as_u64().ok_or_else(|| HandlerError::NonRetryable("no seq".into()))?;
+            tx.exec_drop("INSERT INTO applied (biz_key, seq) VALUES (?, ?)", (&delivery.biz_key, seq)).await?;
+            let unlucky = self.draw.hash_one(&delivery.event_id) % FAIL_ONE_IN == 0;
+            if unlucky && self.failed.lock().expect("failed set lock").insert(delivery.event_id.clone()) {
+                return Err(HandlerError::Retryable(format!("simulated failure of {} seq {seq}", delivery.biz_key)));
+            }
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orderly_consumption_applies_every_keys_events_in_order_once_despite_retryable_failures() {
+    let kit = Kit::new().await;
+    kit.pool
+        .get_conn()
+        .await
+        .expect("conn")
+        .query_drop("CREATE TABLE applied (id BIGINT PRIMARY KEY AUTO_INCREMENT, biz_key VARCHAR(64) NOT NULL, seq INT NOT NULL)")
+        .await
+        .expect("applied table");
+    let log = SequenceLog { draw: RandomState::new(), failed: Mutex::new(HashSet::new()) };
+    let (consumer, metrics, subscription) = kit.consumer(log, Consumption::Orderly).await;
+
+    // As the relay publishes: every event of a key into the key's queue, in key order;
+    // the keys' batches interleave, so a suspended queue holds back several keys.
+    let queues = kit.producer.pinned_queues(&kit.topic, TEST_TOPIC_QUEUES).await.expect("queues");
+    let prefix = unique("seq");
+    let keys: Vec<String> = (0..ORDERED_KEYS).map(|k| format!("key-{k:02}")).collect();
+    let batch = 50;
+    for first in (0..EVENTS_PER_KEY).step_by(batch) {
+        for key in &keys {
+            let events: Vec<OutboxEvent> = (first..first + batch)
+                .map(|seq| OutboxEvent {
+                    id: seq as u64,
+                    event_id: format!("{prefix}-{key}-{seq:03}"),
+                    biz_key: key.clone(),
+                    topic: kit.topic.clone(),
+                    payload: Bytes::from(format!(r#"{{"seq":{seq}}}"#)),
+                })
+                .collect();
+            let queue = &queues[queue_for(HashFunction::Stable, key, TEST_TOPIC_QUEUES) as usize];
+            kit.producer.send_batch(queue, &events).await.expect("SEND_OK");
+        }
+    }
+
+    let total = (ORDERED_KEYS * EVENTS_PER_KEY) as u64;
+    eventually(&format!("{total} events applied"), Duration::from_secs(120), || async {
+        (count(&kit.pool, "SELECT COUNT(*) FROM applied").await >= total).then_some(())
+    })
+    .await;
+    let rows: Vec<(String, u32)> = kit
+        .pool
+        .get_conn()
+        .await
+        .expect("conn")
+        .query("SELECT biz_key, seq FROM applied ORDER BY id")
+        .await
+        .expect("applied");
+    let mut applied: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for (key, seq) in rows {
+        applied.entry(key).or_default().push(seq);
+    }
+    let expected: Vec<u32> = (0..EVENTS_PER_KEY as u32).collect();
+    assert_eq!(applied.keys().cloned().collect::<Vec<_>>(), keys, "every key applied");
+    for (key, seqs) in &applied {
+        assert!(seqs == &expected, "key {key}: applied out of order or not exactly once: {seqs:?}");
+    }
+    let failed = consumer.handler().failed.lock().expect("failed set lock").len() as u64;
+    assert!(failed >= total / FAIL_ONE_IN / 2, "only {failed} first attempts failed: the test proves little");
+    assert_eq!(metrics.retries.get(), failed, "each failed attempt counted once as a retry");
+    assert_eq!(metrics.processed.get(), total);
+    assert_eq!(count(&kit.pool, "SELECT COUNT(*) FROM event_dedup WHERE status = 'PROCESSED'").await, total);
     subscription.shutdown().await;
 }
 

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use outbox_kit::consumer::{Ack, Delivery, StartFrom, Subscription};
+use outbox_kit::consumer::{Ack, Consumption, Delivery, StartFrom, Subscription};
 
 /// A started consumer and the deliveries it has seen so far.
 pub struct Collector {
@@ -14,16 +14,20 @@ impl Collector {
     /// Subscribes a fresh consumer group to `topic`, asking for messages stored since a
     /// minute before now. (The Rust broker 1.0.0 may start such a group at the
     /// beginning of the queue anyway: tests give each consumer a topic of its own.)
+    /// It consumes concurrently: it only records, and the relay tests judge order by
+    /// the queue offsets the deliveries carry, not by their arrival.
     pub async fn start(namesrv: &str, topic: &str, group: &str) -> Self {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&seen);
         let since = chrono::Local::now() - chrono::Duration::seconds(60);
-        let subscription = Subscription::start(namesrv, group, topic, StartFrom::Since(since), move |d: &Delivery| {
+        let record = move |d: &Delivery| {
             sink.lock().expect("collector lock").push(d.clone());
             Ack::Done
-        })
-        .await
-        .expect("consumer starts");
+        };
+        let subscription =
+            Subscription::start(namesrv, group, topic, StartFrom::Since(since), Consumption::Concurrent, record)
+                .await
+                .expect("consumer starts");
         Collector { subscription, seen }
     }
 

@@ -11,11 +11,14 @@
 //! - the event was already PROCESSED or REJECTED -> ACK without the handler
 //!   (`consumer_dedup_hits_total`): a duplicate must be acknowledged, or it would be
 //!   redelivered until the dead-letter queue;
-//! - [`HandlerError::Retryable`] -> roll back both, redeliver later
-//!   (`consumer_retries_total`);
+//! - [`HandlerError::Retryable`] -> roll back both, hand the message back
+//!   (`consumer_retries_total`): under [`Consumption::Orderly`], the default, its
+//!   queue is suspended and the same message retried, nothing after it is applied
+//!   first; under [`Consumption::Concurrent`] it comes back through the retry topic;
 //! - [`HandlerError::NonRetryable`] -> roll back, then store the message in
 //!   `event_quarantine` and the dedup row as REJECTED with the reason, ACK
-//!   (`consumer_rejected_total`): never retried forever.
+//!   (`consumer_rejected_total`): never retried forever, and under orderly
+//!   consumption the queue moves on past it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,6 +27,7 @@ use std::sync::Arc;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Transaction, TxOpts};
 
+use super::consumption::Consumption;
 use super::metrics::ConsumerMetrics;
 use super::subscription::{Ack, Delivery, StartFrom, Subscription};
 use crate::client::ClientError;
@@ -95,12 +99,21 @@ pub struct IdempotentConsumer<H> {
     handler: Arc<H>,
     key: DedupKey,
     metrics: ConsumerMetrics,
+    consumption: Consumption,
 }
 
 impl<H: EventHandler> IdempotentConsumer<H> {
     /// `pool` is the consumer's business database (with the kit's tables, see `schema`).
+    /// It consumes each queue in order ([`Consumption::Orderly`]) unless told otherwise
+    /// with [`Self::with_consumption`].
     pub fn new(pool: Pool, handler: H, key: DedupKey, metrics: ConsumerMetrics) -> Self {
-        Self { pool, handler: Arc::new(handler), key, metrics }
+        Self { pool, handler: Arc::new(handler), key, metrics, consumption: Consumption::default() }
+    }
+
+    /// The same consumer, subscribing with `consumption` (e.g. [`Consumption::Concurrent`]
+    /// for events whose order does not matter).
+    pub fn with_consumption(self, consumption: Consumption) -> Self {
+        Self { consumption, ..self }
     }
 
     /// The handler, e.g. to read its own state.
@@ -108,8 +121,9 @@ impl<H: EventHandler> IdempotentConsumer<H> {
         &self.handler
     }
 
-    /// Subscribes `group` to `topic` and processes every delivery through [`Self::process`].
-    /// Call it inside the Tokio runtime that owns `pool`.
+    /// Subscribes `group` to `topic` and processes every delivery through [`Self::process`],
+    /// each queue in order unless [`Self::with_consumption`] chose otherwise. Call it
+    /// inside the Tokio runtime that owns `pool`.
     pub async fn subscribe(
         self: Arc<Self>,
         namesrv: &str,
@@ -119,7 +133,8 @@ impl<H: EventHandler> IdempotentConsumer<H> {
     ) -> Result<Subscription, ClientError> {
         let runtime = tokio::runtime::Handle::current();
         // The client calls the handler on its blocking threads: block on the async work there.
-        Subscription::start(namesrv, group, topic, from, move |delivery: &Delivery| {
+        let consumption = self.consumption;
+        Subscription::start(namesrv, group, topic, from, consumption, move |delivery: &Delivery| {
             runtime.block_on(self.process(delivery)).ack()
         })
         .await
@@ -239,4 +254,27 @@ async fn rollback(tx: Transaction<'static>, outcome: Outcome) -> Outcome {
 
 fn is_duplicate(error: &mysql_async::Error) -> bool {
     matches!(error, mysql_async::Error::Server(e) if e.code == ER_DUP_ENTRY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Noop;
+
+    impl EventHandler for Noop {
+        fn handle<'a>(&'a self, _tx: &'a mut Transaction<'static>, _delivery: &'a Delivery) -> HandlerFuture<'a> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_new_consumer_subscribes_orderly_unless_told_otherwise() {
+        // The pool is never used: nothing connects.
+        let pool = Pool::new("mysql://root@127.0.0.1:9/unused");
+        let consumer = IdempotentConsumer::new(pool, Noop, DedupKey::EventId, ConsumerMetrics::default());
+        assert_eq!(consumer.consumption, Consumption::Orderly);
+        let consumer = consumer.with_consumption(Consumption::Concurrent);
+        assert_eq!(consumer.consumption, Consumption::Concurrent);
+    }
 }

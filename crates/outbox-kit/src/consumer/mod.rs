@@ -2,13 +2,14 @@
 //! other half, so consumers get idempotency right by default.
 //!
 //! - [`Subscription`]: a RocketMQ push consumer that hands each message on as a
-//!   [`Delivery`];
+//!   [`Delivery`], each queue in order by default ([`Consumption`]);
 //! - [`IdempotentConsumer`]: dedup mark and business write in ONE transaction
 //!   (see `idempotent` for the exact rules);
 //! - [`guards`]: version and state-machine guards for out-of-order events;
 //! - [`schema`]: the kit's tables; [`retention`]: cleanup of old dedup rows;
 //! - [`ConsumerMetrics`]: the `consumer_*_total` counters.
 
+mod consumption;
 pub mod guards;
 mod idempotent;
 mod metrics;
@@ -16,6 +17,7 @@ pub mod retention;
 pub mod schema;
 mod subscription;
 
+pub use consumption::Consumption;
 pub use idempotent::{DedupKey, EventHandler, HandlerError, HandlerFuture, IdempotentConsumer, Outcome};
 pub use metrics::ConsumerMetrics;
 pub use subscription::{Ack, Delivery, Handler, StartFrom, Subscription};

@@ -1,15 +1,12 @@
-//! A push consumer that turns RocketMQ messages into [`Delivery`] values.
-
-use std::sync::Arc;
+//! A push consumer that turns RocketMQ messages into [`Delivery`] values and hands
+//! them to a [`Handler`], orderly or concurrently (see `consumption`).
 
 use bytes::Bytes;
-use rocketmq_client_rust::{
-    ClientResult, ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, DefaultMQPushConsumer, MQPushConsumer,
-    MessageListenerConcurrently,
-};
+use rocketmq_client_rust::DefaultMQPushConsumer;
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::message_ext::MessageExt;
 
+use super::consumption::Consumption;
 use crate::client::{client_config, ClientError, ClientHost};
 use crate::wire::{PROPERTY_BIZ_KEY, PROPERTY_EVENT_ID};
 
@@ -25,9 +22,32 @@ pub struct Delivery {
     pub msg_id: String,
     pub queue_id: i32,
     pub queue_offset: i64,
-    /// Above 0 for a redelivery through the consumer group's retry topic (queue id
-    /// and offset are then the retry queue's).
+    /// Above 0 for a redelivery: under [`Consumption::Orderly`] the number of times
+    /// this consumer already retried it in place (same queue id and offset); under
+    /// [`Consumption::Concurrent`] a delivery through the consumer group's retry topic
+    /// (queue id and offset are then the retry queue's).
     pub reconsume_times: i32,
+}
+
+impl Delivery {
+    /// The delivery of `message`.
+    pub(super) fn from_message(message: &MessageExt) -> Self {
+        let property = |key: &str| {
+            message.properties().iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v.to_string()).unwrap_or_default()
+        };
+        let keys = property("KEYS");
+        let event_id = Some(property(PROPERTY_EVENT_ID)).filter(|id| !id.is_empty()).unwrap_or_else(|| keys.clone());
+        Delivery {
+            event_id,
+            biz_key: property(PROPERTY_BIZ_KEY),
+            keys,
+            body: message.body().unwrap_or_default(),
+            msg_id: property("UNIQ_KEY"),
+            queue_id: message.queue_id(),
+            queue_offset: message.queue_offset(),
+            reconsume_times: message.reconsume_times(),
+        }
+    }
 }
 
 /// What the handler decided about one delivery.
@@ -35,7 +55,7 @@ pub struct Delivery {
 pub enum Ack {
     /// Processed (or a duplicate): do not deliver again.
     Done,
-    /// Not processed: deliver again later.
+    /// Not processed: deliver it again (when and how is the [`Consumption`]'s rule).
     Later,
 }
 
@@ -68,30 +88,15 @@ pub struct Subscription {
     host: ClientHost,
 }
 
-struct Listener<H>(Arc<H>);
-
-impl<H: Handler> MessageListenerConcurrently for Listener<H> {
-    fn consume_message(
-        &self,
-        msgs: &[&MessageExt],
-        _context: &ConsumeConcurrentlyContext,
-    ) -> ClientResult<ConsumeConcurrentlyStatus> {
-        for message in msgs {
-            if self.0.handle(&to_delivery(message)) == Ack::Later {
-                return Ok(ConsumeConcurrentlyStatus::ReconsumeLater);
-            }
-        }
-        Ok(ConsumeConcurrentlyStatus::ConsumeSuccess)
-    }
-}
-
 impl Subscription {
-    /// Subscribes `group` to every message of `topic` and starts consuming.
+    /// Subscribes `group` to every message of `topic` and starts consuming it as
+    /// `consumption` says.
     pub async fn start<H: Handler>(
         namesrv: &str,
         group: &str,
         topic: &str,
         from: StartFrom,
+        consumption: Consumption,
         handler: H,
     ) -> Result<Self, ClientError> {
         let host = ClientHost::start("rocketmq-consumer")?;
@@ -110,7 +115,7 @@ impl Subscription {
         let mut consumer = builder.build();
         let started = async {
             consumer.subscribe(topic, "*").await?;
-            consumer.register_message_listener_concurrently(Listener(Arc::new(handler)));
+            consumption.register(&mut consumer, handler);
             consumer.start().await
         };
         if let Err(error) = started.await {
@@ -124,23 +129,5 @@ impl Subscription {
     pub async fn shutdown(mut self) {
         self.consumer.shutdown().await;
         self.host.shutdown().await;
-    }
-}
-
-fn to_delivery(message: &MessageExt) -> Delivery {
-    let property = |key: &str| {
-        message.properties().iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v.to_string()).unwrap_or_default()
-    };
-    let keys = property("KEYS");
-    let event_id = Some(property(PROPERTY_EVENT_ID)).filter(|id| !id.is_empty()).unwrap_or_else(|| keys.clone());
-    Delivery {
-        event_id,
-        biz_key: property(PROPERTY_BIZ_KEY),
-        keys,
-        body: message.body().unwrap_or_default(),
-        msg_id: property("UNIQ_KEY"),
-        queue_id: message.queue_id(),
-        queue_offset: message.queue_offset(),
-        reconsume_times: message.reconsume_times(),
     }
 }
