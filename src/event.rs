@@ -15,3 +15,17 @@ pub struct OutboxEvent {
     /// The message body, sent as is.
     pub payload: Bytes,
 }
+
+#[cfg(test)]
+impl OutboxEvent {
+    /// A small event of key "k" on topic "t", for unit tests.
+    pub(crate) fn for_test(id: u64) -> Self {
+        Self {
+            id,
+            event_id: format!("e{id}"),
+            biz_key: "k".into(),
+            topic: "t".into(),
+            payload: Bytes::from_static(b"{}"),
+        }
+    }
+}

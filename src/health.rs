@@ -27,6 +27,8 @@ pub(crate) enum Part {
     BinlogSource,
     /// The sweep (claims on the primary).
     Sweep,
+    /// The route of a topic being looked up for its first event.
+    Route(String),
     /// One lane: sends to (topic, queue id).
     Lane(String, i32),
     /// The checkpoint: not moving although transactions are in flight, or not writable.

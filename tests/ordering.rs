@@ -122,15 +122,17 @@ async fn under_hold_a_failed_event_holds_its_key_until_skipped_or_requeued_while
             events.id("fix", 1)
         ))
         .await;
+    // New events right after the release must not overtake the rows left behind.
+    outbox.insert_tx(&[events.row("bad", 6), events.row("fix", 6)]).await;
     eventually("every released row SENT", Duration::from_secs(60), || async {
         let statuses = outbox.statuses().await;
-        let bad = [0, 2, 3, 4, 5].iter().all(|&seq| statuses.get(&events.id("bad", seq)).is_some_and(|s| s.0 == 2));
-        let fix = (0..6).all(|seq| statuses.get(&events.id("fix", seq)).is_some_and(|s| s.0 == 2));
+        let bad = [0, 2, 3, 4, 5, 6].iter().all(|&seq| statuses.get(&events.id("bad", seq)).is_some_and(|s| s.0 == 2));
+        let fix = (0..7).all(|seq| statuses.get(&events.id("fix", seq)).is_some_and(|s| s.0 == 2));
         (bad && fix).then_some(())
     })
     .await;
     let collector = Collector::start(&stack.namesrv, &events.topic, &unique("hold_consumer")).await;
-    let deliveries = consumed_all(&collector, &events, 5 + 6 + 20, Duration::from_secs(60)).await;
+    let deliveries = consumed_all(&collector, &events, 6 + 7 + 20, Duration::from_secs(60)).await;
     assert_per_key_order(&stack, &events.topic, &deliveries).await;
     assert_eq!(relay.metric("relay_held_keys"), 0.0, "released");
     assert_eq!(relay.stop(), Some(0));

@@ -20,6 +20,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{Checkpoint, CheckpointError, CheckpointStore, Mirror};
 
+/// How long one mirror write may take: a hung primary must not hold up shutdown.
+const MIRROR_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// One checkpoint to write; `saved` hears when it (or a newer one) is durable.
 struct SaveRequest {
     checkpoint: Checkpoint,
@@ -92,8 +95,14 @@ async fn write(
 async fn copy_to_mirror(mirror: Mirror, mut newest: watch::Receiver<Option<Checkpoint>>) {
     while newest.changed().await.is_ok() {
         let Some(checkpoint) = newest.borrow_and_update().clone() else { continue };
-        if let Err(error) = mirror.save(&checkpoint).await {
-            tracing::warn!(%error, "cannot mirror the checkpoint to outbox_relay_checkpoint; the next checkpoint retries");
+        match tokio::time::timeout(MIRROR_TIMEOUT, mirror.save(&checkpoint)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "cannot mirror the checkpoint to outbox_relay_checkpoint; the next checkpoint retries")
+            }
+            Err(_) => {
+                tracing::warn!("mirroring the checkpoint took over {MIRROR_TIMEOUT:?}; the next checkpoint retries")
+            }
         }
     }
 }

@@ -1,45 +1,83 @@
-//! Business keys held behind a FAILED event (`retry.failed_key_policy = "hold"`).
+//! Business keys whose events wait behind an earlier event of theirs.
 //!
-//! When an event of a key fails for good, the key's later events must not overtake
-//! it: the lane leaves them unsent (PENDING) until an operator requeues or skips the
-//! FAILED one, and the sweep, which never claims a row behind a FAILED row of its key,
-//! delivers them afterwards in order. The set lives in memory so the lanes can check
-//! it per event; the sweep refreshes it from the table (the truth) every period, so an
-//! operator's release is seen within one period. A key added by a lane after a
-//! refresh began is kept, so a refresh cannot forget a FAILED row it did not see yet.
+//! A key is held when one of its events failed for good (`retry.failed_key_policy =
+//! "hold"`) or when a swept event of it went back to the table to be retried later.
+//! While a key is held, the lane does not send the key's events from the binlog (nor
+//! swept events claimed before the hold): it leaves them PENDING, and the sweep, which
+//! never claims a row behind an unsent earlier row of its key, delivers them in order
+//! later. Each held key remembers the highest row id left behind (`up_to`): rows the
+//! sweep claims again up to that id pass the lane, newer ones are left behind too.
+//!
+//! The table is the truth. Every sweep period the relay holds every key with a FAILED
+//! row (hold policy) and releases a key once the table has no FAILED row of it (hold
+//! policy) and no unsent row of it at or below `up_to`: from then on its new events
+//! cannot overtake anything.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
 
 /// (topic, biz_key) of a held key.
 pub type HeldKey = (String, String);
 
-/// The held keys; cheap to clone (clones share the set).
+/// The held keys, each with the highest row id left behind; cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct HeldKeys {
-    keys: Arc<Mutex<HashMap<HeldKey, Instant>>>,
+    keys: Arc<Mutex<HashMap<HeldKey, Waiting>>>,
+}
+
+/// What a held key waits for, as of one change: every change gets a new `seen`, so a
+/// release decided on an older reading of the table does not undo a newer hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waiting {
+    pub up_to: u64,
+    seen: u64,
+}
+
+/// What the lane does with an event of a held key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Send,
+    LeaveBehind,
 }
 
 impl HeldKeys {
-    /// Holds `key` from now on.
-    pub fn hold(&self, key: HeldKey) {
-        self.lock().insert(key, Instant::now());
-    }
-
-    /// Whether events of `topic`/`biz_key` are held.
-    pub fn is_held(&self, topic: &str, biz_key: &str) -> bool {
-        let keys = self.lock();
-        !keys.is_empty() && keys.contains_key(&(topic.to_owned(), biz_key.to_owned()))
-    }
-
-    /// Replaces the set with `in_table` (the keys with a FAILED row, read from the
-    /// table starting at `read_at`), keeping keys held since then.
-    pub fn refresh(&self, in_table: Vec<HeldKey>, read_at: Instant) {
+    /// Holds `key` behind row `id` (or a later one it already waits for).
+    pub fn hold(&self, key: HeldKey, id: u64) {
         let mut keys = self.lock();
-        keys.retain(|_, since| *since >= read_at);
-        for key in in_table {
-            keys.entry(key).or_insert(read_at);
+        let waiting = keys.entry(key).or_insert(Waiting { up_to: id, seen: 0 });
+        waiting.up_to = waiting.up_to.max(id);
+        waiting.seen += 1;
+    }
+
+    /// Whether event `id` of `topic`/`biz_key` may be sent now. A swept row at or
+    /// below `up_to` is one the sweep claimed again in order; anything else of a held
+    /// key is left behind (and `up_to` moves to it).
+    pub fn verdict(&self, topic: &str, biz_key: &str, id: u64, swept: bool) -> Verdict {
+        let mut keys = self.lock();
+        if keys.is_empty() {
+            return Verdict::Send;
+        }
+        match keys.get_mut(&(topic.to_owned(), biz_key.to_owned())) {
+            None => Verdict::Send,
+            Some(waiting) if swept && id <= waiting.up_to => Verdict::Send,
+            Some(waiting) => {
+                waiting.up_to = waiting.up_to.max(id);
+                waiting.seen += 1;
+                Verdict::LeaveBehind
+            }
+        }
+    }
+
+    /// Every held key and what it waits for, to check against the table.
+    pub fn snapshot(&self) -> Vec<(HeldKey, Waiting)> {
+        self.lock().iter().map(|(key, waiting)| (key.clone(), *waiting)).collect()
+    }
+
+    /// Releases `key` if nothing changed for it since `waiting` was read.
+    pub fn release(&self, key: &HeldKey, waiting: Waiting) {
+        let mut keys = self.lock();
+        if keys.get(key) == Some(&waiting) {
+            keys.remove(key);
         }
     }
 
@@ -48,7 +86,7 @@ impl HeldKeys {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<HeldKey, Instant>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<HeldKey, Waiting>> {
         self.keys.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -62,15 +100,27 @@ mod tests {
     }
 
     #[test]
-    fn a_refresh_releases_keys_the_table_no_longer_holds_but_keeps_newer_ones() {
+    fn a_held_key_lets_through_only_the_swept_rows_it_left_behind() {
         let held = HeldKeys::default();
-        held.hold(key("a"));
-        let read_at = Instant::now();
-        held.hold(key("b"));
-        held.refresh(vec![key("c")], read_at);
-        assert!(!held.is_held("t", "a"), "released by an operator: not in the table any more");
-        assert!(held.is_held("t", "b"), "held after the read began: kept");
-        assert!(held.is_held("t", "c"), "in the table: held");
-        assert_eq!(held.len(), 2);
+        held.hold(key("a"), 10);
+        assert_eq!(held.verdict("t", "b", 99, false), Verdict::Send, "other keys flow");
+        assert_eq!(held.verdict("t", "a", 11, false), Verdict::LeaveBehind, "a binlog event waits");
+        assert_eq!(held.verdict("t", "a", 12, true), Verdict::LeaveBehind, "claimed before the hold: waits");
+        assert_eq!(held.verdict("t", "a", 10, true), Verdict::Send, "the head, claimed again");
+        assert_eq!(held.verdict("t", "a", 12, true), Verdict::Send, "left behind, claimed again in order");
+    }
+
+    #[test]
+    fn a_release_is_skipped_when_something_was_left_behind_meanwhile() {
+        let held = HeldKeys::default();
+        held.hold(key("a"), 10);
+        let seen = held.snapshot();
+        assert_eq!(held.verdict("t", "a", 11, false), Verdict::LeaveBehind);
+        held.release(&seen[0].0, seen[0].1);
+        assert_eq!(held.len(), 1, "row 11 was left behind after the table was read");
+        let seen = held.snapshot();
+        assert_eq!(seen[0].1.up_to, 11);
+        held.release(&seen[0].0, seen[0].1);
+        assert_eq!(held.len(), 0);
     }
 }

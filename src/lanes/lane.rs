@@ -25,7 +25,7 @@ use std::time::Duration;
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use tokio::sync::mpsc;
 
-use super::held::HeldKeys;
+use super::held::{HeldKeys, Verdict};
 use super::outcome::{Attempts, LaneEvent};
 use super::recorder::Recorder;
 use crate::backoff::{Backoff, NextAttempt};
@@ -78,17 +78,19 @@ enum PartEnd {
 
 impl Lane {
     /// Sends everything that arrives on `input`, in order, until it closes or shutdown.
+    /// A lane that stopped in the middle never sends anything after the stop.
     pub async fn run(self, mut input: mpsc::UnboundedReceiver<LaneEvent>) {
         while let Some(first) = input.recv().await {
-            let batch = self.fill(first, &mut input).await;
+            let Some(batch) = self.fill(first, &mut input).await else { return };
             if !self.deliver(batch).await {
                 return;
             }
         }
     }
 
-    /// Collects a batch: what is already queued, then up to `linger` for more.
-    async fn fill(&self, first: LaneEvent, input: &mut mpsc::UnboundedReceiver<LaneEvent>) -> Vec<LaneEvent> {
+    /// Collects a batch: what is already queued, then up to `linger` for more; `None`
+    /// when a batch sent on the way stopped.
+    async fn fill(&self, first: LaneEvent, input: &mut mpsc::UnboundedReceiver<LaneEvent>) -> Option<Vec<LaneEvent>> {
         let limit = self.settings.max_message_bytes;
         let mut bytes = first.event.payload.len() + MESSAGE_OVERHEAD;
         let mut batch = vec![first];
@@ -106,16 +108,15 @@ impl Lane {
             let other_kind = batch.first().is_some_and(|b| !b.attempts.same_kind(next.attempts));
             if bytes + size > limit || other_kind {
                 // It cannot join: it starts the next batch (order is kept by sending this one first).
-                let delivered = self.deliver(std::mem::take(&mut batch)).await;
-                bytes = 0;
-                if !delivered {
-                    return Vec::new();
+                if !self.deliver(std::mem::take(&mut batch)).await {
+                    return None;
                 }
+                bytes = 0;
             }
             bytes += size;
             batch.push(next);
         }
-        batch
+        Some(batch)
     }
 
     /// Takes one batch to its end, part by part in order. `false` when stopped meanwhile.
@@ -154,18 +155,17 @@ impl Lane {
         check_size(&event.event, self.settings.max_message_bytes).is_ok()
     }
 
-    /// Reports the events of held keys as held; returns the rest (`None` when stopped).
+    /// Leaves the events of held keys PENDING (reported as held); returns the rest
+    /// (`None` when stopped).
     async fn leave_held(&self, part: Vec<LaneEvent>) -> Option<Vec<LaneEvent>> {
-        if self.settings.failed_key_policy != FailedKeyPolicy::Hold {
-            return Some(part);
-        }
-        let (held, free): (Vec<LaneEvent>, Vec<LaneEvent>) =
-            part.into_iter().partition(|e| self.held.is_held(&e.event.topic, &e.event.biz_key));
-        if !held.is_empty() {
+        let (held, free): (Vec<LaneEvent>, Vec<LaneEvent>) = part.into_iter().partition(|e| {
+            self.held.verdict(&e.event.topic, &e.event.biz_key, e.event.id, e.swept()) == Verdict::LeaveBehind
+        });
+        if let Some(first) = held.first() {
             tracing::warn!(
                 events = held.len(),
-                first_id = held[0].event.id,
-                "events of held keys left PENDING until their FAILED event is requeued or skipped"
+                first_id = first.event.id,
+                "events of held keys left PENDING until the event they wait for is delivered, requeued or skipped"
             );
             if !self.recorder.hold(&held).await {
                 return None;
@@ -204,6 +204,15 @@ impl Lane {
                     }
                     NextAttempt::RetryIn(delay) => {
                         unknown += 1;
+                        self.health.problem(
+                            self.part(),
+                            format!(
+                                "broker: sends to {} queue {} fail for an unknown reason (retry {unknown} of {}): {error}",
+                                self.queue.topic(),
+                                self.queue.queue_id(),
+                                self.settings.max_retry
+                            ),
+                        );
                         tracing::warn!(queue = self.queue.queue_id(), topic = %self.queue.topic(), attempt = unknown, retry_in = ?delay, %error, "send failed for an unknown reason; retrying the same batch");
                         self.recorder.wait(delay).await
                     }
@@ -269,9 +278,7 @@ impl Lane {
             return PartEnd::Stopped;
         }
         if self.settings.failed_key_policy == FailedKeyPolicy::Hold {
-            for event in &part {
-                self.held.hold((event.event.topic.clone(), event.event.biz_key.clone()));
-            }
+            hold_keys(&self.held, &part);
         }
         PartEnd::Done
     }
@@ -287,7 +294,10 @@ impl Lane {
         let mut later: BTreeMap<Duration, Vec<LaneEvent>> = BTreeMap::new();
         let mut give_up = Vec::new();
         for event in part {
-            let Attempts::Once { failures_before } = event.attempts else { continue };
+            let failures_before = match event.attempts {
+                Attempts::Once { failures_before } => failures_before,
+                Attempts::InPlace => 0,
+            };
             match self.settings.backoff.after_failure(failures_before, self.settings.max_retry) {
                 NextAttempt::RetryIn(delay) => later.entry(delay).or_default().push(event),
                 NextAttempt::GiveUp { .. } => give_up.push(event),
@@ -298,6 +308,8 @@ impl Lane {
             if !self.recorder.defer(&group, delay, &format!("send failed, retry in {delay:?}: {error}")).await {
                 return PartEnd::Stopped;
             }
+            // Until the deferred rows are delivered, nothing of their keys may pass them.
+            hold_keys(&self.held, &group);
         }
         if give_up.is_empty() {
             return PartEnd::Done;
@@ -306,9 +318,22 @@ impl Lane {
     }
 }
 
+/// Holds the keys of `events` behind them.
+fn hold_keys(held: &HeldKeys, events: &[LaneEvent]) {
+    for event in events {
+        held.hold((event.event.topic.clone(), event.event.biz_key.clone()), event.event.id);
+    }
+}
+
 /// Fails every event that arrives on `input` with `reason`: the lane of a topic that
-/// does not exist on the cluster and is not in the configuration.
-pub async fn run_failing(mut input: mpsc::UnboundedReceiver<LaneEvent>, reason: String, recorder: Recorder) {
+/// does not exist on the cluster and is not in the configuration. Under the hold
+/// policy their keys are held like any other FAILED event's.
+pub async fn run_failing(
+    mut input: mpsc::UnboundedReceiver<LaneEvent>,
+    reason: String,
+    recorder: Recorder,
+    held: Option<HeldKeys>,
+) {
     while let Some(first) = input.recv().await {
         let mut events = vec![first];
         while let Ok(next) = input.try_recv() {
@@ -316,6 +341,9 @@ pub async fn run_failing(mut input: mpsc::UnboundedReceiver<LaneEvent>, reason: 
         }
         if !recorder.fail(&events, &reason).await {
             return;
+        }
+        if let Some(held) = &held {
+            hold_keys(held, &events);
         }
     }
 }

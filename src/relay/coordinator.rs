@@ -21,7 +21,7 @@ use super::ack::AckTracker;
 use super::route::queue_for;
 use super::RelayError;
 use crate::checkpoint::{Checkpoint, CheckpointWriter};
-use crate::config::HashFunction;
+use crate::config::{FailedKeyPolicy, HashFunction};
 use crate::health::{Health, Part};
 use crate::lanes::{run_failing, Attempts, HeldKeys, Lane, LaneEvent, LaneReport, LaneSettings, Outcome, Recorder};
 use crate::metrics::RelayMetrics;
@@ -288,7 +288,7 @@ impl Coordinator {
     /// works. Only a topic that is neither known nor on the cluster fails its events.
     async fn start_topic(&mut self, topic: &str) -> Result<Option<TopicLanes>, RelayError> {
         let pinned = self.configured.get(topic).or_else(|| self.pins.get(topic)).copied();
-        let part = Part::Lane(topic.to_owned(), -1);
+        let part = Part::Route(topic.to_owned());
         let mut attempt = 0u32;
         loop {
             let publisher = Arc::clone(&self.publisher);
@@ -306,8 +306,13 @@ impl Coordinator {
                 Ok(_) => PublishError::TopicMissing { topic: topic.to_owned(), queue_count: pinned.unwrap_or(8) },
                 Err(error) => error,
             };
-            if pinned.is_none() && matches!(error, PublishError::TopicMissing { .. }) {
-                return Ok(Some(self.failing_topic(topic, &error)));
+            match error {
+                PublishError::TopicMissing { .. } if pinned.is_none() => {
+                    return Ok(Some(self.failing_topic(topic, &error)))
+                }
+                // Routing by another count would move keys between queues: a person decides.
+                PublishError::QueueCountMismatch { .. } => return Err(error.into()),
+                _ => {}
             }
             attempt += 1;
             self.health
@@ -355,8 +360,9 @@ impl Coordinator {
         tracing::error!(topic, %error, "topic is not on the cluster and not in rocketmq.topics: its events are marked FAILED (looked up again in {MISSING_TOPIC_RECHECK:?})");
         let (lane, rx) = mpsc::unbounded_channel();
         let (reason, recorder) = (error.to_string(), self.recorder.clone());
+        let held = (self.lane_settings.failed_key_policy == FailedKeyPolicy::Hold).then(|| self.held.clone());
         self.supervisor.spawn("failing lane", async move {
-            run_failing(rx, reason, recorder).await;
+            run_failing(rx, reason, recorder, held).await;
             Ok(())
         });
         TopicLanes::Failing { lane, until: Instant::now() + MISSING_TOPIC_RECHECK }

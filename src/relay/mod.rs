@@ -241,7 +241,8 @@ async fn start_pipeline(
         metrics: metrics.clone(),
         health: health.clone(),
         status: status.clone(),
-        held: (policy == FailedKeyPolicy::Hold).then(|| held.clone()),
+        held: held.clone(),
+        hold_failed: policy == FailedKeyPolicy::Hold,
         fence: None,
     };
     supervisor.spawn("sweep", ok(sweeper.run(shutdown.child_token())));

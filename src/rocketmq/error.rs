@@ -118,10 +118,13 @@ impl PublishError {
     /// Classifies a client error from `operation`.
     pub fn from_client(operation: &'static str, error: &ClientError) -> Self {
         let code = error.broker_response_code();
-        let condition = error.descriptor().condition();
+        let descriptor = error.descriptor();
+        let condition = descriptor.condition();
         let detail = format!("{} [{}]", full_message(error), condition.as_str());
-        let unreachable = code.is_none() && condition == CanonicalCondition::Unavailable;
-        PublishError::Client { operation, code, detail, class: classify(code, condition), unreachable }
+        let unreachable = code.is_none()
+            && matches!(condition, CanonicalCondition::Unavailable | CanonicalCondition::DeadlineExceeded);
+        let class = classify(code, descriptor.code().as_str(), condition);
+        PublishError::Client { operation, code, detail, class, unreachable }
     }
 
     /// Whether the failure was a connection to a broker that could not be made.
@@ -130,12 +133,19 @@ impl PublishError {
     }
 }
 
-/// The class of a client error: the broker's answer code first, else the client's
-/// own description of what happened.
-pub fn classify(code: Option<i32>, condition: CanonicalCondition) -> ErrorClass {
+/// The client's own error codes that blame the message itself (its body, its
+/// properties): the same message can never be sent.
+const EVENT_ERRORS: [&str; 4] =
+    ["core.argument.invalid", "broker.message.invalid", "protocol.body.invalid", "protocol.message.property.invalid"];
+
+/// The class of a client error: the broker's answer code first, then the client's
+/// error code (`descriptor`) for what blames the message, then the client's general
+/// description of what happened.
+pub fn classify(code: Option<i32>, descriptor: &str, condition: CanonicalCondition) -> ErrorClass {
     match code {
         Some(codes::MESSAGE_ILLEGAL) => ErrorClass::Event,
         Some(code) if codes::OUTAGE.contains(&code) => ErrorClass::Outage,
+        _ if EVENT_ERRORS.contains(&descriptor) => ErrorClass::Event,
         _ => match condition {
             CanonicalCondition::Unavailable
             | CanonicalCondition::DeadlineExceeded
@@ -144,7 +154,6 @@ pub fn classify(code: Option<i32>, condition: CanonicalCondition) -> ErrorClass 
             | CanonicalCondition::NotFound
             | CanonicalCondition::Aborted
             | CanonicalCondition::Cancelled => ErrorClass::Outage,
-            CanonicalCondition::InvalidArgument => ErrorClass::Event,
             _ => ErrorClass::Unknown,
         },
     }
@@ -157,25 +166,28 @@ mod tests {
     #[test]
     fn an_unavailable_broker_is_an_outage_whatever_it_answers() {
         for code in [2, 10, 11, 12, 14, 16, 17] {
-            assert_eq!(classify(Some(code), CanonicalCondition::Internal), ErrorClass::Outage, "code {code}");
+            assert_eq!(classify(Some(code), "x.y.z", CanonicalCondition::Internal), ErrorClass::Outage, "code {code}");
         }
         for condition in [CanonicalCondition::Unavailable, CanonicalCondition::DeadlineExceeded] {
-            assert_eq!(classify(None, condition), ErrorClass::Outage, "{condition:?}");
+            assert_eq!(classify(None, "transport.connection.failed", condition), ErrorClass::Outage, "{condition:?}");
         }
         assert_eq!(PublishError::NotSendOk { status: "FLUSH_DISK_TIMEOUT".into() }.class(), ErrorClass::Outage);
     }
 
     #[test]
     fn only_what_the_event_itself_causes_is_event_class() {
-        assert_eq!(classify(Some(13), CanonicalCondition::Internal), ErrorClass::Event);
-        assert_eq!(classify(None, CanonicalCondition::InvalidArgument), ErrorClass::Event);
+        assert_eq!(classify(Some(13), "x.y.z", CanonicalCondition::Internal), ErrorClass::Event);
+        let too_large_for_the_client = classify(None, "core.argument.invalid", CanonicalCondition::InvalidArgument);
+        assert_eq!(too_large_for_the_client, ErrorClass::Event);
+        let shrunk_queues = classify(None, "broker.queue.id_out_of_range", CanonicalCondition::InvalidArgument);
+        assert_eq!(shrunk_queues, ErrorClass::Unknown, "not the event's fault");
         let too_large = PublishError::BodyTooLarge { event_id: "e".into(), size: 5, limit: 4 };
         assert_eq!(too_large.class(), ErrorClass::Event);
     }
 
     #[test]
     fn the_rest_is_unknown() {
-        assert_eq!(classify(Some(1), CanonicalCondition::Internal), ErrorClass::Unknown);
-        assert_eq!(classify(None, CanonicalCondition::DataLoss), ErrorClass::Unknown);
+        assert_eq!(classify(Some(1), "x.y.z", CanonicalCondition::Internal), ErrorClass::Unknown);
+        assert_eq!(classify(None, "x.y.z", CanonicalCondition::DataLoss), ErrorClass::Unknown);
     }
 }

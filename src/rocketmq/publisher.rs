@@ -9,7 +9,10 @@
 //! (replaced before it fails often enough to trip its own breaker): it reads the
 //! route of every topic in use and asks the broker for a queue's offset, which stores
 //! nothing. Once that works, the probe's producer becomes the lanes' producer and the
-//! lanes are told at once; the old one is shut down when its last send has ended.
+//! lanes are told at once; the old one is shut down when its last send has ended. With
+//! several brokers, one unreachable broker makes the probe renew the producer as soon
+//! as any broker answers: a renewal is cheap and the lanes of a broker still down just
+//! keep waiting.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,8 +29,6 @@ use super::{Prepared, Producer, ProducerSettings, PublishError, SendReceipt};
 pub const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// Failed probes one probe producer makes before it is replaced (its breaker opens at five).
 const PROBES_PER_PRODUCER: u32 = 4;
-/// How long a replaced producer may still be in use before it is shut down anyway.
-const RETIRE_WITHIN: Duration = Duration::from_secs(30);
 
 /// The current producer, and what is known about unreachable brokers.
 pub struct Publisher {
@@ -39,6 +40,8 @@ pub struct Publisher {
     unreachable: AtomicBool,
     /// Topics the lanes send to: a new producer must have their routes first.
     topics: Mutex<BTreeSet<String>>,
+    /// Replaced producers, shut down once no send uses them.
+    retired: Mutex<Vec<Arc<Producer>>>,
 }
 
 impl Publisher {
@@ -51,6 +54,7 @@ impl Publisher {
             renewed: watch::Sender::new(0),
             unreachable: AtomicBool::new(false),
             topics: Mutex::default(),
+            retired: Mutex::default(),
         })
     }
 
@@ -96,7 +100,8 @@ impl Publisher {
     }
 
     /// While sends cannot connect, probes the broker with a separate producer and
-    /// makes it the current one once the broker answers, until `stop`.
+    /// makes it the current one once the broker answers, until `stop`. Replaced
+    /// producers are shut down here once no send uses them any more.
     pub async fn probe(self: Arc<Self>, stop: CancellationToken) {
         let mut prober: Option<(Producer, u32)> = None;
         loop {
@@ -104,7 +109,11 @@ impl Publisher {
                 () = tokio::time::sleep(PROBE_EVERY) => {}
                 () = stop.cancelled() => break,
             }
+            self.shut_down_unused().await;
             if !self.unreachable.load(Ordering::Relaxed) {
+                if let Some((idle, _)) = prober.take() {
+                    idle.shutdown().await;
+                }
                 continue;
             }
             let (producer, failures) = match prober.take() {
@@ -118,7 +127,7 @@ impl Publisher {
                 },
             };
             match self.reaches_broker(&producer).await {
-                Ok(()) => self.take_over(producer).await,
+                Ok(()) => self.take_over(producer),
                 Err(error) if failures + 1 >= PROBES_PER_PRODUCER => {
                     tracing::debug!(%error, "broker still unreachable; replacing the probe producer");
                     producer.shutdown().await;
@@ -145,38 +154,40 @@ impl Publisher {
         last
     }
 
-    /// Makes `fresh` the current producer, tells the lanes, retires the old one.
-    async fn take_over(&self, fresh: Producer) {
+    /// Makes `fresh` the current producer and tells the lanes; the old one is shut
+    /// down once its last send has ended.
+    fn take_over(&self, fresh: Producer) {
         let old =
             std::mem::replace(&mut *self.current.write().unwrap_or_else(PoisonError::into_inner), Arc::new(fresh));
+        self.retired.lock().unwrap_or_else(PoisonError::into_inner).push(old);
         self.unreachable.store(false, Ordering::Relaxed);
         self.renewed.send_modify(|generation| *generation += 1);
         tracing::info!("broker reachable again: a new producer took over");
-        retire(old).await;
     }
 
-    /// Shuts the current producer down; every other holder must be gone.
-    pub async fn shutdown(self) {
-        let current = self.current.into_inner().unwrap_or_else(PoisonError::into_inner);
-        retire(current).await;
-    }
-}
-
-/// Shuts `producer` down once no send uses it any more (or after [`RETIRE_WITHIN`]).
-async fn retire(mut producer: Arc<Producer>) {
-    let deadline = tokio::time::Instant::now() + RETIRE_WITHIN;
-    loop {
-        match Arc::try_unwrap(producer) {
-            Ok(unused) => return unused.shutdown().await,
-            Err(shared) if tokio::time::Instant::now() >= deadline => {
-                tracing::warn!("a replaced producer is still in use after {RETIRE_WITHIN:?}; it is dropped without a clean shutdown");
-                // Dropping a client runtime inside async code panics: drop it on a blocking thread.
-                let _ = tokio::task::spawn_blocking(move || drop(shared)).await;
-                return;
+    /// Shuts down the replaced producers that no send uses any more.
+    async fn shut_down_unused(&self) {
+        let retired = std::mem::take(&mut *self.retired.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut still_used = Vec::new();
+        for producer in retired {
+            match Arc::try_unwrap(producer) {
+                Ok(unused) => unused.shutdown().await,
+                Err(shared) => still_used.push(shared),
             }
-            Err(shared) => {
-                producer = shared;
-                tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.retired.lock().unwrap_or_else(PoisonError::into_inner).extend(still_used);
+    }
+
+    /// Shuts every producer down; every lane has ended, so nothing else holds one.
+    pub async fn shutdown(self) {
+        let retired = self.retired.into_inner().unwrap_or_else(PoisonError::into_inner);
+        let current = self.current.into_inner().unwrap_or_else(PoisonError::into_inner);
+        for producer in retired.into_iter().chain([current]) {
+            match Arc::try_unwrap(producer) {
+                Ok(producer) => producer.shutdown().await,
+                Err(_) => tracing::error!(
+                    "a RocketMQ producer is still in use after every task ended (a bug); it is not shut down cleanly"
+                ),
             }
         }
     }

@@ -202,10 +202,29 @@ impl ClaimStore {
         Ok((self.now().await?, ids))
     }
 
-    /// (topic, biz_key) of every key with a FAILED row.
-    pub async fn failed_keys(&self) -> Result<Vec<(String, String)>, mysql_async::Error> {
-        let sql = format!("SELECT DISTINCT topic, biz_key FROM {} WHERE status = {FAILED}", self.outbox.qualified());
+    /// (topic, biz_key, highest id) of every key with a FAILED row.
+    pub async fn failed_keys(&self) -> Result<Vec<(String, String, u64)>, mysql_async::Error> {
+        let sql = format!(
+            "SELECT topic, biz_key, MAX(id) FROM {} WHERE status = {FAILED} GROUP BY topic, biz_key",
+            self.outbox.qualified()
+        );
         self.pool.get_conn().await?.query(sql).await
+    }
+
+    /// Whether `topic`/`biz_key` has a row at or below `up_to` that is not sent yet
+    /// (PENDING or SENDING), or (hold policy) a FAILED row.
+    pub async fn key_waits(&self, topic: &str, biz_key: &str, up_to: u64) -> Result<bool, mysql_async::Error> {
+        let failed = match self.policy {
+            FailedKeyPolicy::Hold => format!(" OR status = {FAILED}"),
+            FailedKeyPolicy::Continue => String::new(),
+        };
+        let sql = format!(
+            "SELECT 1 FROM {} WHERE topic = ? AND biz_key = ? \
+             AND ((status IN ({PENDING}, {SENDING}) AND id <= ?){failed}) LIMIT 1",
+            self.outbox.qualified()
+        );
+        let found: Option<u8> = self.pool.get_conn().await?.exec_first(sql, (topic, biz_key, up_to)).await?;
+        Ok(found.is_some())
     }
 
     async fn claim_locked(&self, select: &str, params: Params) -> Result<Vec<Row>, mysql_async::Error> {

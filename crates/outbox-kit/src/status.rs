@@ -54,7 +54,7 @@ mod tests {
     use super::RowStatus;
 
     #[test]
-    fn column_values_are_the_seeds() {
+    fn column_values_are_fixed() {
         assert_eq!(RowStatus::ALL.map(RowStatus::code), [0, 1, 2, 3, 4]);
         assert_eq!(RowStatus::from_code(2), Some(RowStatus::Sent));
         assert_eq!(RowStatus::from_code(9), None);

@@ -166,13 +166,7 @@ mod tests {
     use super::*;
 
     fn event(id: u64) -> OutboxEvent {
-        OutboxEvent {
-            id,
-            event_id: format!("e{id}"),
-            biz_key: "k".into(),
-            topic: "t".into(),
-            payload: bytes::Bytes::from_static(b"{}"),
-        }
+        OutboxEvent::for_test(id)
     }
 
     fn ids(events: &[OutboxEvent]) -> Vec<u64> {

@@ -72,13 +72,7 @@ mod tests {
     }
 
     fn event(id: u64) -> OutboxEvent {
-        OutboxEvent {
-            id,
-            event_id: format!("e{id}"),
-            biz_key: "k".into(),
-            topic: "t".into(),
-            payload: bytes::Bytes::from_static(b"{}"),
-        }
+        OutboxEvent::for_test(id)
     }
 
     #[test]

@@ -68,9 +68,11 @@ pub struct Sweeper {
     pub health: Health,
     /// Where rows that cannot be read as events are marked FAILED.
     pub status: StatusStore,
-    /// Keys held behind a FAILED event, refreshed from the table every period
-    /// (hold policy only).
-    pub held: Option<HeldKeys>,
+    /// Keys whose events wait behind an earlier one, brought in line with the table
+    /// every period.
+    pub held: HeldKeys,
+    /// Whether a FAILED row holds its key (`failed_key_policy = "hold"`).
+    pub hold_failed: bool,
     /// Rows seen waiting, to be claimed once the binlog path has passed them.
     pub fence: Option<Fence>,
 }
@@ -173,16 +175,27 @@ impl Sweeper {
         Ok(ready)
     }
 
-    /// Reloads the held keys from the table (hold policy).
+    /// Brings the held keys in line with the table: every key with a FAILED row is
+    /// held (hold policy); a key with nothing unsent left at or below what it waits
+    /// for is released.
     async fn refresh_held(&self) {
-        let Some(held) = &self.held else { return };
-        let read_at = std::time::Instant::now();
-        match self.claims.failed_keys().await {
-            Ok(keys) => held.refresh(keys, read_at),
-            Err(error) => {
-                tracing::warn!(%error, "sweep: cannot read the keys held behind FAILED rows; the next sweep tries again")
+        if let Err(error) = self.sync_held().await {
+            tracing::warn!(%error, "sweep: cannot read which keys wait behind earlier events; the next sweep tries again");
+        }
+    }
+
+    async fn sync_held(&self) -> Result<(), mysql_async::Error> {
+        if self.hold_failed {
+            for (topic, biz_key, id) in self.claims.failed_keys().await? {
+                self.held.hold((topic, biz_key), id);
             }
         }
+        for ((topic, biz_key), waiting) in self.held.snapshot() {
+            if !self.claims.key_waits(&topic, &biz_key, waiting.up_to).await? {
+                self.held.release(&(topic, biz_key), waiting);
+            }
+        }
+        Ok(())
     }
 
     /// Sweeps every row created before now, retrying the database until it is done.
