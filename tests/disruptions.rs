@@ -28,7 +28,7 @@ fn broker_pid_file() -> PathBuf {
 }
 
 fn process_alive(pid: &str) -> bool {
-    Command::new("kill").args(["-0", pid]).status().is_ok_and(|s| s.success())
+    Command::new("kill").args(["-0", pid]).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success())
 }
 
 async fn stop_broker() {
@@ -217,31 +217,46 @@ impl Drop for BrokerOutage {
     }
 }
 
-/// Writes one row per transaction, keys round-robin over `keys`, until `stop`:
-/// per key, sequence numbers follow commit order. Returns how many it wrote.
-fn steady_load(
-    outbox: &TestOutbox,
-    events: &Events,
-    keys: usize,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<usize> {
-    let (pool, table) = (outbox.pool.clone(), outbox.table.clone());
-    let rows: Vec<Row> = (0..100_000).map(|i| events.row(&format!("key{}", i % keys), i / keys)).collect();
-    tokio::spawn(async move {
-        let outbox = TestOutbox { pool, table };
-        let mut written = 0;
-        for chunk in rows.chunks(keys) {
-            if *stop.borrow() {
-                break;
+/// Rows written one per transaction, keys round-robin, until stopped: per key,
+/// sequence numbers follow commit order.
+struct Load {
+    stop: tokio::sync::watch::Sender<bool>,
+    writer: tokio::task::JoinHandle<usize>,
+}
+
+impl Load {
+    /// Starts writing rows of `keys` keys and returns once `first` rows are SENT.
+    async fn started(outbox: &TestOutbox, events: &Events, keys: usize, first: usize) -> Self {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let (pool, table) = (outbox.pool.clone(), outbox.table.clone());
+        let rows: Vec<Row> = (0..100_000).map(|i| events.row(&format!("key{}", i % keys), i / keys)).collect();
+        let writer = tokio::spawn(async move {
+            let outbox = TestOutbox { pool, table };
+            let mut written = 0;
+            for chunk in rows.chunks(keys) {
+                if *stopped.borrow() {
+                    break;
+                }
+                for row in chunk {
+                    outbox.insert_tx(std::slice::from_ref(row)).await;
+                }
+                written += chunk.len();
+                tokio::time::sleep(Duration::from_millis(150)).await;
             }
-            for row in chunk {
-                outbox.insert_tx(std::slice::from_ref(row)).await;
-            }
-            written += chunk.len();
-            tokio::time::sleep(Duration::from_millis(150)).await;
-        }
-        written
-    })
+            written
+        });
+        eventually("the first rows SENT", Duration::from_secs(60), || async {
+            (outbox.count_status(RowStatus::Sent).await >= first).then_some(())
+        })
+        .await;
+        Self { stop, writer }
+    }
+
+    /// Stops writing; how many rows were written.
+    async fn finish(self) -> usize {
+        self.stop.send(true).expect("stop the load");
+        self.writer.await.expect("load")
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -259,12 +274,7 @@ async fn a_broker_outage_longer_than_the_retry_budget_fails_nothing_and_keeps_ev
         .env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 1_000);
     let mut relay = RelayProcess::start(&stack, &options);
     relay.wait_ready().await;
-    let (stop_load, load_stopped) = tokio::sync::watch::channel(false);
-    let load = steady_load(&outbox, &events, 50, load_stopped);
-    eventually("the first rows SENT", Duration::from_secs(60), || async {
-        (outbox.count_status(RowStatus::Sent).await >= 100).then_some(())
-    })
-    .await;
+    let load = Load::started(&outbox, &events, 50, 100).await;
 
     let outage = BrokerOutage::begin().await;
     let body = relay.wait_readiness(false, Duration::from_secs(20)).await;
@@ -287,8 +297,7 @@ async fn a_broker_outage_longer_than_the_retry_budget_fails_nothing_and_keeps_ev
     println!("sending resumed {:.2} s after the broker accepted messages again", resumed.as_secs_f64());
     assert!(resumed < Duration::from_secs(5), "sending resumed only {resumed:?} after the broker's return");
 
-    stop_load.send(true).expect("stop the load");
-    let written = load.await.expect("load");
+    let written = load.finish().await;
     all_sent(&outbox, written, Duration::from_secs(120)).await;
     assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "no row FAILED");
     relay.wait_readiness(true, Duration::from_secs(30)).await;
@@ -323,12 +332,7 @@ async fn a_configured_topic_deleted_under_load_is_held_and_flows_again_once_crea
         .env("OUTBOX_RELAY__RETRY__BACKOFF_MAX_MS", 500);
     let mut relay = RelayProcess::start(&stack, &options);
     relay.wait_ready().await;
-    let (stop_load, load_stopped) = tokio::sync::watch::channel(false);
-    let load = steady_load(&outbox, &events, 10, load_stopped);
-    eventually("the first rows SENT", Duration::from_secs(60), || async {
-        (outbox.count_status(RowStatus::Sent).await >= 50).then_some(())
-    })
-    .await;
+    let load = Load::started(&outbox, &events, 10, 50).await;
 
     // The broker comes back without the topic.
     stop_broker().await;
@@ -349,8 +353,7 @@ async fn a_configured_topic_deleted_under_load_is_held_and_flows_again_once_crea
     outbox_relay::admin::create_topic(&stack.namesrv, "DefaultCluster", &events.topic, 8)
         .await
         .expect("create the topic again");
-    stop_load.send(true).expect("stop the load");
-    let written = load.await.expect("load");
+    let written = load.finish().await;
     all_sent(&outbox, written, Duration::from_secs(120)).await;
     assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "no row FAILED");
     relay.wait_readiness(true, Duration::from_secs(30)).await;
