@@ -9,7 +9,8 @@ use anyhow::Context;
 use outbox_relay::config::HashFunction;
 use outbox_relay::event::OutboxEvent;
 use outbox_relay::relay::route::queue_for;
-use outbox_relay::rocketmq::{prepare, Producer, ProducerSettings};
+use outbox_relay::rocketmq::{prepare, ErrorClass, Prepared, Producer, ProducerSettings};
+use rocketmq_model::common::message::message_queue::MessageQueue;
 
 use crate::report::Measurement;
 use crate::rig::{unique, Rig};
@@ -38,7 +39,7 @@ pub async fn run(rig: &Rig) -> anyhow::Result<Measurement> {
         let batch_size = o.batch_size;
         senders.push(tokio::spawn(async move {
             for chunk in events.chunks(batch_size) {
-                producer.send(&queue, &prepare(chunk)?).await?;
+                send_until_stored(&producer, &queue, &prepare(chunk)?).await?;
             }
             anyhow::Ok(())
         }));
@@ -51,4 +52,16 @@ pub async fn run(rig: &Rig) -> anyhow::Result<Measurement> {
         producer.shutdown().await;
     }
     Ok(Measurement::throughput("raw", "broker", o.events, seconds))
+}
+
+/// Sends `batch` like a lane does: a broker that cannot take it now (busy, flushing)
+/// is asked again shortly; anything else ends the case.
+async fn send_until_stored(producer: &Producer, queue: &MessageQueue, batch: &Prepared) -> anyhow::Result<()> {
+    loop {
+        match producer.send(queue, batch).await {
+            Ok(_) => return Ok(()),
+            Err(error) if error.class() == ErrorClass::Outage => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(error) => return Err(error.into()),
+        }
+    }
 }
