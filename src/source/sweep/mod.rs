@@ -234,6 +234,8 @@ impl Sweeper {
         loop {
             let Claimed { events, retry_counts, malformed } =
                 self.claims.claim(self.settings.batch, cutoff).await.map_err(Stop::Database)?;
+            // The sweep works as soon as it can claim, however long the backlog takes.
+            self.health.clear(&Part::Sweep);
             let claimed = events.len() + malformed.len();
             self.fail_malformed(&malformed).await.map_err(Stop::Database)?;
             if let Some(first) = events.first() {
