@@ -8,6 +8,7 @@
 //! | 3 | a dependency is unreachable (database, broker) | start it / fix the address; restarting is safe |
 //! | 4 | the environment is wrong (credentials, database name, MySQL settings, privileges, topic, table) | fix what the message names; restarting before that cannot help |
 //! | 5 | the local checkpoint is unreadable | move the checkpoint directory aside (the message says what follows) |
+//! | 6 | a second SIGTERM / Ctrl-C during the drain: stopped at once | nothing: the next leader resumes from the last checkpoint (duplicates at most, no loss) |
 
 use crate::config::ConfigError;
 use crate::db::DbError;
@@ -25,6 +26,8 @@ pub enum ExitClass {
     DependencyDown = 3,
     Environment = 4,
     Checkpoint = 5,
+    /// A second stop signal cut the drain short.
+    Interrupted = 6,
 }
 
 impl ExitClass {

@@ -1,6 +1,9 @@
 //! Deliberate faults, compiled in only with the `fault-injection` feature (the tests
 //! enable it): they let a test prove that a panicking task stops the relay with exit
-//! code 1 and that a restart loses nothing. Without the feature every hook is empty.
+//! code 1 and that a restart loses nothing, and that a deposed leader's late writes
+//! change nothing. Without the feature every hook is empty.
+
+use std::time::Duration;
 
 /// Called by a lane after each SEND_OK of `events` events. With the feature and
 /// `OUTBOX_RELAY_FAULT_LANE_PANIC_AFTER=N` set, the lane that brings the process's
@@ -22,3 +25,17 @@ pub(crate) fn lane_sent(events: usize) {
 #[cfg(not(feature = "fault-injection"))]
 #[inline]
 pub(crate) fn lane_sent(_events: usize) {}
+
+/// How long the SENT writer waits before each write-back, as if the primary were slow
+/// for it: `OUTBOX_RELAY_FAULT_SENT_WRITE_DELAY_MS=N` with the feature, else none.
+#[cfg(feature = "fault-injection")]
+pub(crate) fn sent_write_delay() -> Option<Duration> {
+    let millis = std::env::var("OUTBOX_RELAY_FAULT_SENT_WRITE_DELAY_MS").ok()?.parse().ok()?;
+    Some(Duration::from_millis(millis))
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline]
+pub(crate) fn sent_write_delay() -> Option<Duration> {
+    None
+}

@@ -23,6 +23,8 @@ pub(crate) const LIVENESS_STALL: Duration = Duration::from_secs(60);
 pub(crate) enum Part {
     /// The relay is stopping (signal or a fatal error).
     Stopping,
+    /// The leader lease: it cannot be taken or renewed (the primary does not answer).
+    Lease,
     /// The binlog reader.
     BinlogSource,
     /// The sweep (claims on the primary).
@@ -46,6 +48,17 @@ struct Problem {
 struct State {
     problems: BTreeMap<Part, Problem>,
     beat: Instant,
+    role: Role,
+}
+
+/// Whether this instance publishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Holds the lease and runs the pipeline.
+    Leader,
+    /// Waits for the lease, connections warm.
+    Standby,
 }
 
 /// The shared health record; cheap to clone.
@@ -58,6 +71,7 @@ pub struct Health {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Readiness {
     pub ready: bool,
+    pub role: Role,
     /// The most important problem, when not ready.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -74,7 +88,8 @@ impl Default for Health {
 
 impl Health {
     pub fn new() -> Self {
-        Self { state: Arc::new(Mutex::new(State { problems: BTreeMap::new(), beat: Instant::now() })) }
+        let state = State { problems: BTreeMap::new(), beat: Instant::now(), role: Role::Standby };
+        Self { state: Arc::new(Mutex::new(state)) }
     }
 
     /// `part` does not work, because of `reason`. The first report of an outage keeps
@@ -102,6 +117,16 @@ impl Health {
         self.lock().problems.contains_key(part)
     }
 
+    /// This instance now has `role`. A standby runs no pipeline, so every problem of
+    /// the last term's parts is forgotten (the lease's own stays).
+    pub(crate) fn set_role(&self, role: Role) {
+        let mut state = self.lock();
+        state.role = role;
+        if role == Role::Standby {
+            state.problems.retain(|part, _| matches!(part, Part::Lease | Part::Stopping));
+        }
+    }
+
     /// The coordinator's loop turned.
     pub(crate) fn beat(&self) {
         self.lock().beat = Instant::now();
@@ -127,7 +152,7 @@ impl Health {
         let problems: Vec<String> =
             state.problems.values().map(|p| format!("{} (for {}s)", p.reason, p.since.elapsed().as_secs())).collect();
         let reason = state.problems.values().next().map(|p| p.reason.clone());
-        Readiness { ready: problems.is_empty(), reason, problems }
+        Readiness { ready: problems.is_empty(), role: state.role, reason, problems }
     }
 
     /// `Err` with the reason when the coordinator's loop is wedged.
@@ -183,7 +208,20 @@ mod tests {
         let health = Health::new();
         health.problem(Part::Stopping, "stopping: SIGTERM");
         let json = serde_json::to_string(&health.readiness()).expect("json");
-        assert!(json.starts_with(r#"{"ready":false,"reason":"stopping: SIGTERM""#), "{json}");
+        assert!(json.starts_with(r#"{"ready":false,"role":"standby","reason":"stopping: SIGTERM""#), "{json}");
+    }
+
+    #[test]
+    fn a_standby_forgets_the_problems_of_its_last_term() {
+        let health = Health::new();
+        health.set_role(Role::Leader);
+        health.problem(Part::BinlogSource, "binlog source: connection lost");
+        health.problem(Part::Lease, "lease: the primary does not answer");
+        health.set_role(Role::Standby);
+        let readiness = health.readiness();
+        assert_eq!(readiness.role, Role::Standby);
+        assert_eq!(readiness.problems.len(), 1, "{readiness:?}");
+        assert!(readiness.problems[0].starts_with("lease:"));
     }
 
     #[test]

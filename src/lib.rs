@@ -19,6 +19,8 @@
 //! `source` (binlog reader, sweep, hand-off under the in-flight budget) →
 //! `relay` (coordinator, routing, ack tracker) → `lanes` (ordered senders over
 //! `rocketmq`) → `checkpoint` (RocksDB + mirror) and `store` (status write-back);
+//! above them all `leader` (the lease: one instance publishes, the term checked
+//! before every send and checkpoint and fencing every write in `store`);
 //! beside them `supervise` (owns every task), `health` (readiness and liveness),
 //! `http`, `metrics`, `backoff` and `fault` (test-only faults).
 
@@ -36,6 +38,7 @@ mod fault;
 pub(crate) mod health;
 pub(crate) mod http;
 pub(crate) mod lanes;
+pub(crate) mod leader;
 pub(crate) mod metrics;
 pub mod relay;
 pub mod rocketmq;

@@ -151,25 +151,33 @@ async fn run_relay(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Cancels `shutdown` on SIGINT or SIGTERM: the relay drains and checkpoints, exit 0.
+/// Cancels `shutdown` on SIGINT or SIGTERM: the relay drains, checkpoints, gives the
+/// leader lease back and exits 0. A second signal exits at once (code 6): the next
+/// leader resumes from the last checkpoint, so at most duplicates follow, never loss.
 async fn stop_on_signal(shutdown: CancellationToken) {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+    let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(signal) => Some(signal),
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for SIGTERM");
+            None
         }
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
-    }
-    tracing::info!("stop requested: draining in-flight sends, then checkpointing");
+    let mut signal = async || match terminate.as_mut() {
+        Some(terminate) => tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        },
+        None => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    };
+    signal().await;
+    tracing::info!("stop requested: draining in-flight sends, checkpointing, then releasing the leader lease (a second signal stops at once)");
     shutdown.cancel();
+    signal().await;
+    let code = exit::ExitClass::Interrupted.code();
+    tracing::warn!(exit_code = code, "second stop signal: exiting at once without drain; the next leader resumes from the last checkpoint (duplicates at most)");
+    std::process::exit(i32::from(code));
 }
 
 async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {

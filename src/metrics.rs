@@ -31,6 +31,9 @@ pub struct RelayMetrics {
     pub swept: Counter,
     pub reclaimed: Counter,
     pub position_lost: Counter,
+    pub full_sweeps: Counter,
+    pub leader: Gauge,
+    pub leader_term: Gauge,
     pub in_flight_transactions: Gauge,
     pub checkpoint_position: Gauge,
     pub oldest_pending_seconds: Gauge<f64, AtomicU64>,
@@ -63,6 +66,21 @@ impl RelayMetrics {
             "relay_binlog_position_lost",
             "Times the saved binlog position could not be read (purged, another server): a full sweep followed",
             m.position_lost.clone(),
+        );
+        registry.register(
+            "relay_full_sweeps",
+            "Sweeps of every PENDING row before tailing (no usable checkpoint, or a lost position)",
+            m.full_sweeps.clone(),
+        );
+        registry.register(
+            "relay_leader",
+            "1 while this instance holds the leader lease and publishes, else 0",
+            m.leader.clone(),
+        );
+        registry.register(
+            "relay_leader_term",
+            "The lease term this instance publishes under (0 as a standby)",
+            m.leader_term.clone(),
         );
         registry.register(
             "relay_in_flight_transactions",

@@ -193,7 +193,16 @@ async fn fifty_keys_interleaved_and_a_10k_row_transaction_arrive_in_per_key_orde
         let batch: Vec<Row> = keys.iter().flat_map(|key| events.rows(key, seqs.clone())).collect();
         outbox.insert_tx(&batch).await;
         if round == 25 {
-            outbox.exec("FLUSH BINARY LOGS").await;
+            // Rotates the binlog the relay reads: the replica's.
+            stack
+                .replica_pool()
+                .await
+                .get_conn()
+                .await
+                .expect("replica")
+                .query_drop("FLUSH BINARY LOGS")
+                .await
+                .expect("flush");
         }
     }
     // One 10,000-row transaction (bigger than max_in_flight): 200 more events per key.
@@ -303,6 +312,7 @@ async fn a_source_user_without_replication_privileges_is_refused_naming_the_gran
     let user = unique("norepl");
     outbox.exec(&format!("CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY 'pw'")).await;
     outbox.exec(&format!("GRANT SELECT ON app.* TO '{user}'@'127.0.0.1'")).await;
+    stack.replica_caught_up().await;
     let url =
         format!("mysql://{user}:pw@{}", stack.repl_url.rsplit_once('@').map(|(_, host)| host).unwrap_or_default());
     let (code, log) =

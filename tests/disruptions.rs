@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::collector::Collector;
 use common::events::{all_sent, assert_per_key_order, consumed_all, Events};
+use common::load::Load;
 use common::outbox::{Row, TestOutbox};
 use common::relay::{RelayOptions, RelayProcess};
 use common::{eventually, fresh_topic, unique, Stack};
@@ -121,7 +122,7 @@ async fn a_killed_binlog_connection_is_reopened_without_loss() {
     .await;
 
     // The server drops the replica connection (as on a failover or a network cut).
-    let mut conn = outbox.pool.get_conn().await.expect("conn");
+    let mut conn = stack.replica_pool().await.get_conn().await.expect("conn");
     let dumps: Vec<u64> = conn
         .query(
             "SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%' AND USER = 'outbox_repl'",
@@ -167,13 +168,16 @@ async fn a_binlog_purged_while_the_relay_is_stopped_is_reported_swept_and_nothin
     for start in (20..220).step_by(50) {
         outbox.insert_tx(&rows(&prefix, &topic, start, start + 50)).await;
     }
-    let mut conn = outbox.pool.get_conn().await.expect("conn");
+    // On the replica the relay tails, once it has applied them.
+    stack.replica_caught_up().await;
+    let replica = stack.replica_pool().await;
+    let mut conn = replica.get_conn().await.expect("conn");
     conn.query_drop("FLUSH BINARY LOGS").await.expect("flush binary logs");
     let status: Option<mysql_async::Row> = conn.query_first("SHOW MASTER STATUS").await.expect("master status");
     let current_file: String = status.and_then(|row| row.get(0)).expect("binlog on");
     // MariaDB keeps a file until its binlog checkpoint passes it: purge until it is gone.
     eventually("the relay's binlog file purged", Duration::from_secs(30), || async {
-        let mut conn = outbox.pool.get_conn().await.ok()?;
+        let mut conn = replica.get_conn().await.ok()?;
         conn.query_drop(format!("PURGE BINARY LOGS TO '{current_file}'")).await.ok()?;
         let files: Vec<mysql_async::Row> = conn.query("SHOW BINARY LOGS").await.ok()?;
         let first: Option<String> = files.first().and_then(|row| row.get(0));
@@ -214,48 +218,6 @@ impl BrokerOutage {
 impl Drop for BrokerOutage {
     fn drop(&mut self) {
         start_broker();
-    }
-}
-
-/// Rows written one per transaction, keys round-robin, until stopped: per key,
-/// sequence numbers follow commit order.
-struct Load {
-    stop: tokio::sync::watch::Sender<bool>,
-    writer: tokio::task::JoinHandle<usize>,
-}
-
-impl Load {
-    /// Starts writing rows of `keys` keys and returns once `first` rows are SENT.
-    async fn started(outbox: &TestOutbox, events: &Events, keys: usize, first: usize) -> Self {
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let (pool, table) = (outbox.pool.clone(), outbox.table.clone());
-        let rows: Vec<Row> = (0..100_000).map(|i| events.row(&format!("key{}", i % keys), i / keys)).collect();
-        let writer = tokio::spawn(async move {
-            let outbox = TestOutbox { pool, table };
-            let mut written = 0;
-            for chunk in rows.chunks(keys) {
-                if *stopped.borrow() {
-                    break;
-                }
-                for row in chunk {
-                    outbox.insert_tx(std::slice::from_ref(row)).await;
-                }
-                written += chunk.len();
-                tokio::time::sleep(Duration::from_millis(150)).await;
-            }
-            written
-        });
-        eventually("the first rows SENT", Duration::from_secs(60), || async {
-            (outbox.count_status(RowStatus::Sent).await >= first).then_some(())
-        })
-        .await;
-        Self { stop, writer }
-    }
-
-    /// Stops writing; how many rows were written.
-    async fn finish(self) -> usize {
-        self.stop.send(true).expect("stop the load");
-        self.writer.await.expect("load")
     }
 }
 

@@ -32,13 +32,14 @@ impl ReplUser {
         ] {
             outbox.exec(&sql).await;
         }
+        stack.replica_caught_up().await;
         let address = stack.repl_url.rsplit_once('@').map(|(_, host)| host).expect("repl url has a host");
         Self { url: format!("mysql://{name}:pw-{name}@{address}"), name }
     }
 
-    /// Kills the user's binlog dump connections; returns how many there were.
-    async fn kill_dumps(&self, outbox: &TestOutbox) -> usize {
-        let mut conn = outbox.pool.get_conn().await.expect("conn");
+    /// Kills the user's binlog dump connections on the replica; returns how many there were.
+    async fn kill_dumps(&self, stack: &Stack) -> usize {
+        let mut conn = stack.replica_pool().await.get_conn().await.expect("conn");
         let ids: Vec<u64> = conn
             .exec(
                 "SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%' AND USER = ?",
@@ -68,7 +69,8 @@ async fn a_revoked_replication_grant_is_reported_at_once_and_the_sweep_delivers_
     all_sent(&outbox, 50, Duration::from_secs(60)).await;
 
     outbox.exec(&format!("REVOKE REPLICATION SLAVE ON *.* FROM '{}'@'127.0.0.1'", user.name)).await;
-    assert_eq!(user.kill_dumps(&outbox).await, 1, "the relay's dump connection was found and killed");
+    stack.replica_caught_up().await;
+    assert_eq!(user.kill_dumps(&stack).await, 1, "the relay's dump connection was found and killed");
     let body = eventually("/readyz 503 naming the missing grant", Duration::from_secs(10), || async {
         let body = relay.http_get("/readyz");
         (body.starts_with("HTTP/1.0 503") && body.contains("REPLICATION SLAVE")).then_some(body)

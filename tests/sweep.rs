@@ -67,6 +67,7 @@ async fn three_sweepers_never_send_a_row_twice_and_a_killed_sweepers_rows_return
     let a = RelayProcess::start(
         &stack,
         &poll_mode(outbox.name(), 200)
+            .env("OUTBOX_RELAY__LEADER__NAME", unique("sweeper"))
             .env("OUTBOX_RELAY__LANES__LINGER_MS", 60_000)
             .env("OUTBOX_RELAY__LANES__BATCH_SIZE", 1_000)
             .env("OUTBOX_RELAY__SWEEP__LEASE_MS", 8_000),
@@ -89,11 +90,18 @@ async fn three_sweepers_never_send_a_row_twice_and_a_killed_sweepers_rows_return
     assert_eq!(owners.len(), 1, "one owner holds them: {owners:?}");
     let a_owner = &owners[0];
 
-    // Three sweepers (one optimistic) compete for the table while rows keep arriving.
+    // Three sweepers (one optimistic) compete for the table while rows keep arriving:
+    // each its own fleet (its own lease), as shards of one table would be, so only the
+    // claims keep them apart.
     let mut sweepers: Vec<RelayProcess> = ["skip_locked", "skip_locked", "optimistic"]
         .into_iter()
         .map(|claim| {
-            RelayProcess::start(&stack, &poll_mode(outbox.name(), 200).env("OUTBOX_RELAY__SWEEP__CLAIM", claim))
+            RelayProcess::start(
+                &stack,
+                &poll_mode(outbox.name(), 200)
+                    .env("OUTBOX_RELAY__SWEEP__CLAIM", claim)
+                    .env("OUTBOX_RELAY__LEADER__NAME", unique("sweeper")),
+            )
         })
         .collect();
     for sweeper in &mut sweepers {
@@ -154,7 +162,10 @@ async fn a_deleted_checkpoint_with_pending_rows_still_delivers_every_row() {
     for seq in (2..62).step_by(10) {
         outbox.insert_tx(&spread(&events, 5, seq..seq + 10)).await;
     }
+    // No checkpoint anywhere: the RocksDB directory and the mirror row are both gone
+    // (with the mirror left, the relay resumes from it: see tests/leader.rs).
     std::fs::remove_dir_all(&options.checkpoint_dir).expect("delete the RocksDB checkpoint");
+    outbox.exec(&format!("DELETE FROM app.outbox_relay_checkpoint WHERE source_id = 'app.{}'", outbox.name())).await;
     let mut relay = RelayProcess::start(&stack, &options);
     relay.wait_ready().await;
     all_sent(&outbox, 310, Duration::from_secs(60)).await;
@@ -162,6 +173,7 @@ async fn a_deleted_checkpoint_with_pending_rows_still_delivers_every_row() {
     assert_per_key_order(&stack, &events.topic, &deliveries).await;
     let log = relay.log_text();
     assert!(log.contains("first start: no checkpoint"), "the full sweep is logged:\n{log}");
+    assert_eq!(relay.metric("relay_full_sweeps_total"), 1.0, "and counted");
     assert_eq!(relay.stop(), Some(0));
     collector.shutdown().await;
 }

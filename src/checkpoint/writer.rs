@@ -11,7 +11,8 @@
 //! queue count pinned before its first send) waits for [`CheckpointWriter::save_now`].
 //! A RocksDB write that fails ends the task with the error: the relay stops (exit 5)
 //! rather than publish on without a durable position. A failed mirror write is logged
-//! and written again with the next checkpoint.
+//! and written again with the next checkpoint. Once the leader term is over nothing
+//! is written any more: the next leader owns the position.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{Checkpoint, CheckpointError, CheckpointStore, Mirror};
+use crate::leader::Term;
 
 /// How long one mirror write may take: a hung primary must not hold up shutdown.
 const MIRROR_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -44,12 +46,13 @@ impl CheckpointWriter {
     /// The writer's handle, its loop and the mirror's loop (both to be spawned by
     /// the supervisor). The mirror loop ends after the writer's.
     pub(crate) fn start(
-        store: CheckpointStore,
+        store: Arc<CheckpointStore>,
         mirror: Mirror,
+        term: Term,
     ) -> (Self, impl Future<Output = Result<(), CheckpointError>>, impl Future<Output = ()>) {
         let (requests, input) = mpsc::unbounded_channel();
         let (durable, newest) = watch::channel(None);
-        (Self { requests }, write(Arc::new(store), input, durable), copy_to_mirror(mirror, newest))
+        (Self { requests }, write(store, input, durable, term.clone()), copy_to_mirror(mirror, newest, term))
     }
 
     /// Queues `checkpoint`; it is written soon, unless a newer one supersedes it.
@@ -71,6 +74,7 @@ async fn write(
     store: Arc<CheckpointStore>,
     mut input: mpsc::UnboundedReceiver<SaveRequest>,
     durable: watch::Sender<Option<Checkpoint>>,
+    term: Term,
 ) -> Result<(), CheckpointError> {
     while let Some(first) = input.recv().await {
         let mut newest = first.checkpoint;
@@ -78,6 +82,10 @@ async fn write(
         while let Ok(next) = input.try_recv() {
             newest = next.checkpoint;
             waiting.extend(next.saved);
+        }
+        if !term.is_current() {
+            tracing::warn!(term = term.number(), "term over: checkpoint not written");
+            continue;
         }
         let (store_ref, checkpoint) = (Arc::clone(&store), newest.clone());
         tokio::task::spawn_blocking(move || store_ref.save(&checkpoint))
@@ -92,9 +100,12 @@ async fn write(
 }
 
 /// Copies the newest durable checkpoint to the mirror row until the writer ends.
-async fn copy_to_mirror(mirror: Mirror, mut newest: watch::Receiver<Option<Checkpoint>>) {
+async fn copy_to_mirror(mirror: Mirror, mut newest: watch::Receiver<Option<Checkpoint>>, term: Term) {
     while newest.changed().await.is_ok() {
         let Some(checkpoint) = newest.borrow_and_update().clone() else { continue };
+        if !term.is_current() {
+            continue;
+        }
         match tokio::time::timeout(MIRROR_TIMEOUT, mirror.save(&checkpoint)).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {

@@ -63,6 +63,8 @@ pub struct Config {
     pub retry: RetryConfig,
     #[serde(default)]
     pub sweep: SweepConfig,
+    #[serde(default)]
+    pub leader: LeaderConfig,
     pub checkpoint: CheckpointConfig,
     #[serde(default)]
     pub http: HttpConfig,
@@ -192,6 +194,18 @@ pub struct SweepConfig {
     pub claim: ClaimMethod,
 }
 
+/// The leader lease: one instance per outbox table publishes, the others wait.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LeaderConfig {
+    /// The lease row's name; instances with the same name form one fleet. Defaults to
+    /// `schema.table` of the outbox table.
+    pub name: Option<String>,
+    /// How long a lease lasts without renewal (renewed every third of it). A standby
+    /// takes over at most this long after the leader died.
+    pub lease_ms: u64,
+}
+
 /// The local RocksDB checkpoint.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -236,6 +250,14 @@ impl Config {
                 "a [source] section (url, server_id) when mode = \"binlog\", or mode = \"poll\"",
             )
         })
+    }
+
+    /// The leader lease's name: `leader.name`, else `schema.table` of the outbox table.
+    pub fn lease_name(&self) -> String {
+        self.leader
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("{}.{}", self.outbox_schema().unwrap_or_default(), self.outbox.table))
     }
 
     /// The schema holding the outbox table: `outbox.schema`, else the primary URL's database.
@@ -297,6 +319,12 @@ impl Default for SweepConfig {
             takeover_after_ms: 60_000,
             claim: ClaimMethod::Auto,
         }
+    }
+}
+
+impl Default for LeaderConfig {
+    fn default() -> Self {
+        Self { name: None, lease_ms: 10_000 }
     }
 }
 

@@ -90,7 +90,7 @@ fn config_dump_and_debug_redact_passwords() {
     let debug = format!("{config:?}");
     for text in [&dump, &debug] {
         assert!(!text.contains("repl-secret") && !text.contains("writer-secret"), "password leaked: {text}");
-        assert!(text.contains("outbox_repl:***@127.0.0.1:13306"), "{text}");
+        assert!(text.contains("outbox_repl:***@127.0.0.1:13307"), "{text}");
     }
 }
 

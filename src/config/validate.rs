@@ -35,6 +35,8 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     at_least("sweep.interval_ms", config.sweep.interval(config.mode).as_millis() as u64, 10)?;
     at_least("sweep.batch", config.sweep.batch as u64, 1)?;
     at_least("sweep.lease_ms", config.sweep.lease_ms, 1_000)?;
+    at_least("leader.lease_ms", config.leader.lease_ms, 1_500)?;
+    check_lease_name(&config.lease_name())?;
     at_least("checkpoint.interval_ms", config.checkpoint.interval_ms, 1)?;
     if config.checkpoint.path.as_os_str().is_empty() {
         return Err(ConfigError::invalid("checkpoint.path", "\"\"", "a directory path for the RocksDB checkpoint"));
@@ -109,6 +111,17 @@ fn check_identifier(key: &str, name: &str) -> Result<(), ConfigError> {
             format!("{name:?}"),
             "a MySQL identifier of letters, digits, _ or $ (1..=64 chars)",
         ))
+    }
+}
+
+/// The lease name appears in the relay's SQL as a literal: letters, digits and `_.$:-` only.
+fn check_lease_name(name: &str) -> Result<(), ConfigError> {
+    let ok =
+        !name.is_empty() && name.len() <= 128 && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.$:-".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid("leader.name", format!("{name:?}"), "1..=128 letters, digits or _ . $ : -"))
     }
 }
 

@@ -32,6 +32,7 @@ use crate::backoff::{Backoff, NextAttempt};
 use crate::config::FailedKeyPolicy;
 use crate::fault;
 use crate::health::{Health, Part};
+use crate::leader::Term;
 use crate::metrics::RelayMetrics;
 use crate::rocketmq::{check_size, prepare, ErrorClass, Prepared, PublishError, Publisher};
 
@@ -64,6 +65,8 @@ pub struct Lane {
     /// Where a broker that does not confirm this lane's sends is reported.
     pub health: Health,
     pub held: HeldKeys,
+    /// The leader term this lane sends under: checked before every send.
+    pub term: Term,
 }
 
 /// How one attempt at a part of a batch ended.
@@ -72,7 +75,7 @@ enum PartEnd {
     Done,
     /// The broker refused the part because of some event in it: try the halves.
     Split(Vec<LaneEvent>, Vec<LaneEvent>),
-    /// Shutdown or the coordinator is gone.
+    /// Shutdown, the leader term ended, or the coordinator is gone.
     Stopped,
 }
 
@@ -179,7 +182,7 @@ impl Lane {
         if let Some(error) = part.first().and_then(|e| check_size(&e.event, self.settings.max_message_bytes).err()) {
             return self.event_failure(part, &error).await;
         }
-        let batch = match prepare(part.iter().map(|e| &e.event)) {
+        let batch = match prepare(part.iter().map(|e| &e.event), Some(self.term.number())) {
             Ok(batch) => batch,
             Err(error) => return self.event_failure(part, &error).await,
         };
@@ -226,6 +229,10 @@ impl Lane {
 
     /// One send; `Ok` when the part has ended (sent and reported).
     async fn try_send(&self, part: &[LaneEvent], batch: &Prepared) -> Result<PartEnd, PublishError> {
+        if !self.term.is_current() {
+            // Deposed: another instance may publish now; these events stay unacknowledged.
+            return Ok(PartEnd::Stopped);
+        }
         let receipt = self.publisher.send(&self.queue, batch).await?;
         self.publisher.confirmed();
         self.health.clear(&self.part());

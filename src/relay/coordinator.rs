@@ -24,6 +24,7 @@ use crate::checkpoint::{Checkpoint, CheckpointWriter};
 use crate::config::{FailedKeyPolicy, HashFunction};
 use crate::health::{Health, Part};
 use crate::lanes::{run_failing, Attempts, HeldKeys, Lane, LaneEvent, LaneReport, LaneSettings, Outcome, Recorder};
+use crate::leader::Term;
 use crate::metrics::RelayMetrics;
 use crate::rocketmq::{PublishError, Publisher, PROBE_EVERY};
 use crate::source::sweep::Watermark;
@@ -90,6 +91,8 @@ pub struct Coordinator {
     pub progress_at: Instant,
     /// Spawns the lanes.
     pub supervisor: Supervisor,
+    /// The leader term the pipeline runs under.
+    pub term: Term,
     pub shutdown: CancellationToken,
 }
 
@@ -139,6 +142,16 @@ impl Coordinator {
                 break Err(error);
             }
         };
+        if !self.term.is_current() {
+            // Deposed: another instance publishes and checkpoints now; nothing more here
+            // (a failure on the way is the deposition's, not the pipeline's).
+            self.log_progress(&progress);
+            tracing::warn!(
+                term = self.term.number(),
+                "term over: no drain and no final checkpoint; the next leader resumes from the last checkpoint"
+            );
+            return Ok(());
+        }
         self.drain(&mut inputs.reports, &mut progress).await;
         self.log_progress(&progress);
         let saved = self.save_final().await;
@@ -348,6 +361,7 @@ impl Coordinator {
             metrics: self.metrics.clone(),
             health: self.health.clone(),
             held: self.held.clone(),
+            term: self.term.clone(),
         };
         self.supervisor.spawn("lane", async move {
             lane.run(rx).await;

@@ -11,6 +11,10 @@
 //!
 //! In poll mode there is no binlog reader and no checkpoint: the sweep alone feeds
 //! the lanes, and the outbox table is the only state.
+//!
+//! The pipeline runs only while this instance holds the leader lease (see `leader`):
+//! [`run`] checks the source and opens its connections once, then waits as a standby,
+//! runs one pipeline per leader term, and waits again when a term is lost.
 
 pub(crate) mod ack;
 mod coordinator;
@@ -33,19 +37,20 @@ use crate::db::{self, DbError};
 use crate::health::{Health, Part};
 use crate::http;
 use crate::lanes::{HeldKeys, LaneSettings, Recorder};
+use crate::leader::{keep, wait_for_lease, Keeper, Role, Term};
 use crate::metrics::RelayMetrics;
 use crate::rocketmq::{ProducerSettings, Publisher};
 use crate::source::binlog::{Flavor, Reader, ReaderLinks, ReaderSettings};
 use crate::source::sweep::{BinlogGuard, SweepSettings, Sweeper, Watermark};
 use crate::source::{Budget, Handoff};
-use crate::store::{ClaimStore, StatusStore};
+use crate::store::{ClaimStore, LeaseStore, StatusStore};
 use crate::supervise::Supervisor;
 
 pub use crate::error::RelayError;
 use ack::AckTracker;
 use coordinator::{Coordinator, Durable, Inputs};
 use outbox_kit::OutboxTable;
-use start::BinlogStart;
+use start::BinlogSource;
 
 /// SENT write-backs that may wait for the primary before the pipeline slows down.
 const SENT_BACKLOG: usize = 50_000;
@@ -74,7 +79,8 @@ pub fn process_owner() -> String {
 }
 
 /// Runs the relay until `shutdown` is cancelled or a task fails; every task it
-/// started has ended when it returns.
+/// started has ended when it returns. The checks run and the connections open at
+/// once; the pipeline runs only while this instance holds the leader lease.
 pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), RelayError> {
     let outbox = outbox_table(config);
     let primary = open_primary(config).await?;
@@ -82,6 +88,9 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
         Mode::Binlog => Some(start::open(config, &outbox).await?),
         Mode::Poll => None,
     };
+    let lease = LeaseStore::new(primary.clone(), &outbox.schema, &config.lease_name());
+    let holder = lease.holder().await.map_err(|e| DbError::query("primary", &config.primary.url, e))?;
+    // Until a term is won, claims are fenced by term 0, which no lease ever has.
     let claims = ClaimStore::open(
         primary.clone(),
         outbox.clone(),
@@ -89,10 +98,11 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
         Duration::from_millis(config.sweep.lease_ms),
         config.sweep.claim,
         config.retry.failed_key_policy,
+        lease.fence(0),
     )
     .await
     .map_err(|e| DbError::query("primary", &config.primary.url, e))?;
-    tracing::info!(mode = ?config.mode, owner = claims.owner(), claim = ?claims.method(), "starting");
+    tracing::info!(mode = ?config.mode, owner = claims.owner(), claim = ?claims.method(), lease = %config.lease_name(), leader = ?holder.map(|h| h.holder), "starting");
     let publisher = Arc::new(
         Publisher::start(ProducerSettings {
             namesrv: config.rocketmq.namesrv.clone(),
@@ -101,21 +111,15 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
         })
         .await?,
     );
-    let pipeline = Pipeline { outbox, primary, binlog, claims: claims.clone(), publisher: Arc::clone(&publisher) };
-    let result = serve(config, pipeline, shutdown).await;
-    release_claims(&claims).await;
-    shutdown_publisher(publisher).await;
+    let warm = Warm { outbox, primary, binlog, claims, publisher, lease };
+    let result = serve(config, &warm, shutdown).await;
+    shutdown_publisher(warm.publisher).await;
     result
 }
 
-/// Serves metrics and health while the pipeline runs; stops them last.
-async fn serve(config: &Config, pipeline: Pipeline, shutdown: CancellationToken) -> Result<(), RelayError> {
-    // Not ready until the parts say they work: the first sweep ran, the reader streams.
+/// Serves metrics and health while the instance leads or waits; stops them last.
+async fn serve(config: &Config, warm: &Warm, shutdown: CancellationToken) -> Result<(), RelayError> {
     let health = Health::new();
-    health.problem(Part::Sweep, "sweep: the first sweep has not run yet");
-    if pipeline.binlog.is_some() {
-        health.problem(Part::BinlogSource, "binlog source: not streaming yet (starting)");
-    }
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = RelayMetrics::register(&mut registry);
     let http_stop = CancellationToken::new();
@@ -140,19 +144,103 @@ async fn serve(config: &Config, pipeline: Pipeline, shutdown: CancellationToken)
         }
     });
     tracing::info!("metrics on http://{address}/metrics, readiness on http://{address}/readyz, liveness on http://{address}/healthz");
-    let supervisor = Supervisor::new(shutdown.clone(), health.clone());
-    let started = start_pipeline(config, pipeline, &supervisor, metrics, &health).await;
-    if started.is_ok() {
-        shutdown.cancelled().await;
-    }
+    let led = elect(config, warm, &metrics, &health, &shutdown).await;
     if !health.has_problem(&Part::Stopping) {
-        health.problem(Part::Stopping, "stopping: draining in-flight sends, then checkpointing");
+        health.problem(Part::Stopping, "stopping");
     }
-    shutdown.cancel();
-    let joined = supervisor.join().await;
     http_stop.cancel();
     let served = endpoint.join().await;
-    started.and(joined).and(served)
+    led.and(served)
+}
+
+/// Waits as a standby, leads while the lease holds, and waits again when it is lost,
+/// until shutdown or a failure. The lease is given back on the way out.
+async fn elect(
+    config: &Config,
+    warm: &Warm,
+    metrics: &RelayMetrics,
+    health: &Health,
+    shutdown: &CancellationToken,
+) -> Result<(), RelayError> {
+    let length = Duration::from_millis(config.leader.lease_ms);
+    loop {
+        health.set_role(Role::Standby);
+        metrics.leader.set(0);
+        metrics.leader_term.set(0);
+        let Some(term) = wait_for_lease(&warm.lease, warm.claims.owner(), length, health, shutdown).await else {
+            return Ok(());
+        };
+        tracing::info!(term = term.number(), "took the leader lease: publishing");
+        health.set_role(Role::Leader);
+        metrics.leader.set(1);
+        metrics.leader_term.set(i64::try_from(term.number()).unwrap_or(i64::MAX));
+        let led = lead(config, warm, &term, metrics, health, shutdown).await;
+        if led.is_ok() && term.is_ended() && !shutdown.is_cancelled() {
+            tracing::warn!(term = term.number(), "stepped down: standby again");
+            continue;
+        }
+        release_lease(&warm.lease, &term).await;
+        return led;
+    }
+}
+
+/// Runs one term's pipeline until shutdown, a failure, or the loss of the lease.
+async fn lead(
+    config: &Config,
+    warm: &Warm,
+    term: &Term,
+    metrics: &RelayMetrics,
+    health: &Health,
+    shutdown: &CancellationToken,
+) -> Result<(), RelayError> {
+    // Not ready until the parts say they work: the first sweep ran, the reader streams.
+    health.problem(Part::Sweep, "sweep: the first sweep has not run yet");
+    if warm.binlog.is_some() {
+        health.problem(Part::BinlogSource, "binlog source: not streaming yet (starting)");
+    }
+    let stop = shutdown.child_token();
+    let kept = CancellationToken::new();
+    let keeper = tokio::spawn(keep(
+        Keeper {
+            term: term.clone(),
+            lease: warm.lease.clone(),
+            length: Duration::from_millis(config.leader.lease_ms),
+            pipeline: stop.clone(),
+            health: health.clone(),
+        },
+        kept.clone(),
+    ));
+    let claims = warm.claims.under(warm.lease.fence(term.number()));
+    let supervisor = Supervisor::new(stop.clone(), health.clone());
+    let started = start_pipeline(config, warm, &claims, term, &supervisor, metrics.clone(), health).await;
+    if started.is_ok() {
+        stop.cancelled().await;
+    }
+    if shutdown.is_cancelled() && !health.has_problem(&Part::Stopping) {
+        health.problem(Part::Stopping, "stopping: draining in-flight sends, then checkpointing");
+    }
+    stop.cancel();
+    let joined = supervisor.join().await;
+    release_claims(&claims).await;
+    kept.cancel();
+    if let Err(error) = keeper.await {
+        tracing::error!(%error, "the lease keeper panicked");
+    }
+    started.and(joined)
+}
+
+/// Gives the lease back so a standby takes over at its next try (within 250 ms).
+async fn release_lease(lease: &LeaseStore, term: &Term) {
+    if !term.is_current() {
+        return;
+    }
+    match lease.release(term.number()).await {
+        Ok(true) => tracing::info!(term = term.number(), "leader lease released: a standby takes over now"),
+        Ok(false) => tracing::warn!(term = term.number(), "the leader lease was no longer ours to release"),
+        Err(error) => {
+            tracing::warn!(%error, term = term.number(), "cannot release the leader lease; a standby takes over when it runs out")
+        }
+    }
 }
 
 /// Stops the RocketMQ client; every lane has ended, so nothing else holds it.
@@ -185,25 +273,35 @@ async fn open_primary(config: &Config) -> Result<mysql_async::Pool, RelayError> 
     Ok(db::connect_with("primary", &primary.url, primary.pool_max, &[MINIMAL_ROW_IMAGE]).await?)
 }
 
-/// Everything the pipeline starts from, once the checks passed.
-struct Pipeline {
+/// What stays open for the whole process, leader or standby: the checked source,
+/// the primary, the claim settings, the warm producer and the lease.
+struct Warm {
     outbox: OutboxTable,
     primary: mysql_async::Pool,
     /// The binlog path (binlog mode only).
-    binlog: Option<BinlogStart>,
+    binlog: Option<BinlogSource>,
     claims: ClaimStore,
     publisher: Arc<Publisher>,
+    lease: LeaseStore,
 }
 
 /// Spawns every task of the pipeline under `supervisor`.
 async fn start_pipeline(
     config: &Config,
-    pipeline: Pipeline,
+    warm: &Warm,
+    claims: &ClaimStore,
+    term: &Term,
     supervisor: &Supervisor,
     metrics: RelayMetrics,
     health: &Health,
 ) -> Result<(), RelayError> {
-    let Pipeline { outbox, primary, binlog, claims, publisher } = pipeline;
+    let (outbox, primary, publisher) = (warm.outbox.clone(), warm.primary.clone(), Arc::clone(&warm.publisher));
+    let fence = warm.lease.fence(term.number());
+    let mirror = Mirror::new(primary.clone(), outbox.clone(), fence.clone());
+    let binlog = match &warm.binlog {
+        Some(source) => Some((source, source.start(config, &mirror).await?)),
+        None => None,
+    };
     let shutdown = supervisor.stop_token();
     let configured: HashMap<String, u32> =
         config.rocketmq.topics.iter().map(|(t, c)| (t.clone(), c.queue_count)).collect();
@@ -215,7 +313,7 @@ async fn start_pipeline(
     let policy = config.retry.failed_key_policy;
     let budget = Budget { events: config.lanes.max_in_flight, bytes: config.lanes.max_in_flight_bytes };
     let backoff = Backoff::new(config.retry.backoff_initial(), config.retry.backoff_max());
-    let status = StatusStore::new(primary.clone(), outbox.clone());
+    let status = StatusStore::new(primary.clone(), outbox.clone(), fence);
     let (source_tx, source_rx) = mpsc::channel(64);
     let handoff = Handoff::new(budget, source_tx);
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
@@ -223,7 +321,7 @@ async fn start_pipeline(
     supervisor.spawn("status writer", ok(sent_writer::run(status.clone(), sent_rx)));
     supervisor.spawn("backlog gauges", ok(watch_pending(status.clone(), metrics.clone(), shutdown.clone())));
 
-    let watermark = Arc::new(Watermark::new(binlog.as_ref().and_then(|b| b.checkpoint.position.commit_time)));
+    let watermark = Arc::new(Watermark::new(binlog.as_ref().and_then(|(_, b)| b.checkpoint.position.commit_time)));
     let (sweeps_tx, sweeps_rx) = mpsc::channel(4);
     let sweeper = Sweeper {
         claims: claims.clone(),
@@ -248,16 +346,15 @@ async fn start_pipeline(
     supervisor.spawn("sweep", ok(sweeper.run(shutdown.child_token())));
 
     let (pins, durable) = match binlog {
-        Some(binlog) => {
+        Some((source, binlog)) => {
             let pins = binlog.checkpoint.queue_counts.clone();
-            let (writer, writing, mirroring) =
-                CheckpointWriter::start(binlog.store, Mirror::new(primary, outbox.clone()));
+            let (writer, writing, mirroring) = CheckpointWriter::start(Arc::clone(&source.store), mirror, term.clone());
             supervisor.spawn("checkpoint writer", async move { writing.await.map_err(RelayError::from) });
             supervisor.spawn("checkpoint mirror", ok(mirroring));
             let reader = Reader::new(
-                reader_settings(config, &outbox, binlog.server.flavor)?,
+                reader_settings(config, &outbox, source.server.flavor)?,
                 ReaderLinks {
-                    pool: binlog.pool,
+                    pool: source.pool.clone(),
                     handoff,
                     sweeps: sweeps_tx,
                     watermark: Arc::clone(&watermark),
@@ -293,12 +390,13 @@ async fn start_pipeline(
             failed_key_policy: policy,
         }),
         held,
-        recorder: Recorder { status, claims, backoff, reports: reports_tx, shutdown: shutdown.clone() },
+        recorder: Recorder { status, claims: claims.clone(), backoff, reports: reports_tx, shutdown: shutdown.clone() },
         sent: sent_tx,
         metrics,
         health: health.clone(),
         progress_at: std::time::Instant::now(),
         supervisor: supervisor.clone(),
+        term: term.clone(),
         shutdown,
     };
     supervisor.spawn("coordinator", coordinator.run(Inputs { source: source_rx, reports: reports_rx }));

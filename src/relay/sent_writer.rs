@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::backoff::Backoff;
+use crate::fault;
 use crate::store::{Sent, StatusStore};
 
 /// Most rows in one UPDATE.
@@ -48,6 +49,9 @@ pub async fn run(status: StatusStore, mut input: mpsc::Receiver<Sent>) {
 }
 
 async fn write(status: &StatusStore, batch: &[Sent], backoff: &Backoff) {
+    if let Some(delay) = fault::sent_write_delay() {
+        tokio::time::sleep(delay).await;
+    }
     for attempt in 1..=ATTEMPTS {
         match status.mark_sent(batch).await {
             Ok(_) => return,

@@ -1,37 +1,50 @@
-//! Where the binlog path starts: the source's checks, the checkpoint, and whether a
-//! full sweep must run first.
+//! Where the binlog path starts: the source's checks (once per process), then at the
+//! start of every leader term the checkpoint to resume from and whether a full sweep
+//! must run first.
 //!
-//! - A saved checkpoint of the same source: resume there.
-//! - No checkpoint (first start, or the RocksDB directory was deleted): record the
-//!   current position first, then sweep every PENDING row, then tail from it.
-//! - A checkpoint of another server (failover without GTID positioning, a rebuilt
-//!   replica): the position means nothing there; treated as a lost position.
+//! - The checkpoint is the newer of the local RocksDB one and the mirror row on the
+//!   primary (a standby that takes over on another host has only the mirror). Newer
+//!   is decided by GTID where the server has them, else by file and position of the
+//!   same server; when they cannot be compared the mirror wins (the last leader wrote it).
+//! - A checkpoint of the same source, or (MariaDB) one with a GTID: resume there. A
+//!   GTID holds on every server of the replication topology, so a new `source.url`
+//!   (another replica, or the primary) resumes without a sweep.
+//! - No checkpoint (first start, or the RocksDB directory was deleted and no mirror):
+//!   record the current position first, then sweep every PENDING row, then tail from it.
+//! - A checkpoint of another server without a GTID: the position means nothing
+//!   there; treated as a lost position.
 //!
 //! Changing a pinned queue count is refused: it would move keys between queues.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use mysql_async::Pool;
 
 use super::RelayError;
-use crate::checkpoint::{Checkpoint, CheckpointStore};
-use crate::config::Config;
+use crate::checkpoint::{Checkpoint, CheckpointStore, Mirror};
+use crate::config::{Config, DbUrl};
 use crate::db::{self, DbError};
-use crate::source::binlog::{self, ColumnMap, ServerInfo, Start, StartKind};
+use crate::source::binlog::{self, ColumnMap, Flavor, GtidState, ServerInfo, Start, StartKind};
 use outbox_kit::OutboxTable;
 
-/// The checked source and where its reader starts.
-pub struct BinlogStart {
+/// The checked source and the local checkpoint, kept for the whole process.
+pub struct BinlogSource {
     /// Pool on the source for look-ups while streaming.
     pub pool: Pool,
     pub server: ServerInfo,
-    pub store: CheckpointStore,
+    pub store: Arc<CheckpointStore>,
+    url: DbUrl,
+}
+
+/// Where one leader term's reader starts.
+pub struct BinlogStart {
     pub checkpoint: Checkpoint,
     pub start: Start,
 }
 
 /// Checks the source (settings, privileges, outbox columns) and opens the checkpoint.
-pub async fn open(config: &Config, outbox: &OutboxTable) -> Result<BinlogStart, RelayError> {
+pub async fn open(config: &Config, outbox: &OutboxTable) -> Result<BinlogSource, RelayError> {
     let source = config.source()?;
     let pool = db::connect("source", &source.url, 2).await?;
     let address = source.url.address().to_owned();
@@ -40,50 +53,130 @@ pub async fn open(config: &Config, outbox: &OutboxTable) -> Result<BinlogStart, 
     ColumnMap::load(&mut conn, &outbox.schema, &outbox.table)
         .await
         .map_err(|e| DbError::query("source", &source.url, e))??;
-    tracing::info!(version = %server.version, identity = %server.identity, "source checked");
-    let store = CheckpointStore::open(&config.checkpoint.path)?;
-    let (checkpoint, kind) = start_checkpoint(config, &store, &server, &mut conn, &address).await?;
     drop(conn);
-    tracing::info!(file = %checkpoint.position.file, pos = checkpoint.position.pos, gtid = ?checkpoint.position.gtid, "starting from checkpoint");
-    let start = Start { position: checkpoint.position.clone(), kind };
-    Ok(BinlogStart { pool, server, store, checkpoint, start })
+    tracing::info!(version = %server.version, identity = %server.identity, "source checked");
+    let store = Arc::new(CheckpointStore::open(&config.checkpoint.path)?);
+    Ok(BinlogSource { pool, server, store, url: source.url.clone() })
 }
 
-/// The checkpoint to start from, saved before anything else when it is new.
-async fn start_checkpoint(
-    config: &Config,
-    store: &CheckpointStore,
-    server: &ServerInfo,
-    conn: &mut mysql_async::Conn,
-    address: &str,
-) -> Result<(Checkpoint, StartKind), RelayError> {
-    let configured: HashMap<&String, u32> = config.rocketmq.topics.iter().map(|(t, c)| (t, c.queue_count)).collect();
-    let saved = store.load()?;
-    if let Some(saved) = &saved {
-        for (topic, pinned) in &saved.queue_counts {
-            if let Some(&wanted) = configured.get(topic).filter(|&&wanted| wanted != *pinned) {
-                return Err(RelayError::Environment(format!(
-                    "rocketmq.topics.{topic}.queue_count is {wanted} but the checkpoint pinned {pinned}: changing it would move keys to other queues and break their order; restore {pinned}, or drain the topic and delete the checkpoint"
-                )));
+impl BinlogSource {
+    /// The checkpoint a new leader term starts from, saved locally before anything else.
+    pub async fn start(&self, config: &Config, mirror: &Mirror) -> Result<BinlogStart, RelayError> {
+        let local = self.store.load()?;
+        let mirrored = match mirror.load().await {
+            Ok(found) => found.map(|(checkpoint, _term)| checkpoint),
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the checkpoint mirror; starting from the local checkpoint (duplicates at most)");
+                None
             }
+        };
+        let from_mirror = mirrored.is_some() && !newer_or_same(local.as_ref(), mirrored.as_ref());
+        let chosen = if from_mirror { mirrored } else { local };
+        if let Some(chosen) = &chosen {
+            check_pins(config, chosen)?;
         }
-        if saved.server_identity == server.identity {
-            return Ok((saved.clone(), StartKind::Resume));
+        let (checkpoint, kind) = match chosen {
+            Some(saved) if saved.server_identity == self.server.identity => (saved, StartKind::Resume),
+            Some(saved) if self.resumes_by_gtid(&saved) => {
+                tracing::info!(gtid = ?saved.position.gtid, checkpoint_of = %saved.server_identity, source = %self.server.identity, "resuming by GTID");
+                (saved, StartKind::Resume)
+            }
+            Some(saved) => {
+                let reason = format!(
+                    "the checkpoint belongs to source {} but source.url now reaches {} and there is no GTID to resume by",
+                    saved.server_identity, self.server.identity
+                );
+                (self.at_current_position(saved.queue_counts).await?, StartKind::PositionLost(reason))
+            }
+            None => {
+                let pins = config.rocketmq.topics.iter().map(|(t, c)| (t.clone(), c.queue_count)).collect();
+                (self.at_current_position(pins).await?, StartKind::Fresh)
+            }
+        };
+        if from_mirror || kind != StartKind::Resume {
+            self.store.save(&checkpoint)?;
+        }
+        let position = &checkpoint.position;
+        tracing::info!(file = %position.file, pos = position.pos, gtid = ?position.gtid, from_mirror, start = ?kind, "starting from checkpoint");
+        let start = Start { position: position.clone(), kind };
+        Ok(BinlogStart { checkpoint, start })
+    }
+
+    /// MariaDB resumes by GTID on any server that has the transactions.
+    fn resumes_by_gtid(&self, saved: &Checkpoint) -> bool {
+        self.server.flavor == Flavor::MariaDb
+            && saved.position.gtid.as_deref().map(GtidState::parse).is_some_and(|g| g.is_mariadb())
+    }
+
+    /// A new checkpoint at the source's current binlog position.
+    async fn at_current_position(
+        &self,
+        queue_counts: std::collections::BTreeMap<String, u32>,
+    ) -> Result<Checkpoint, RelayError> {
+        let mut conn = self.pool.get_conn().await.map_err(|e| DbError::query("source", &self.url, e))?;
+        let position = binlog::current_position(&mut conn, self.server.flavor, self.url.address()).await?;
+        Ok(Checkpoint { position, server_identity: self.server.identity.clone(), queue_counts })
+    }
+}
+
+/// A pinned queue count the configuration now contradicts is refused.
+fn check_pins(config: &Config, saved: &Checkpoint) -> Result<(), RelayError> {
+    let configured: HashMap<&String, u32> = config.rocketmq.topics.iter().map(|(t, c)| (t, c.queue_count)).collect();
+    for (topic, pinned) in &saved.queue_counts {
+        if let Some(&wanted) = configured.get(topic).filter(|&&wanted| wanted != *pinned) {
+            return Err(RelayError::Environment(format!(
+                "rocketmq.topics.{topic}.queue_count is {wanted} but the checkpoint pinned {pinned}: changing it would move keys to other queues and break their order; restore {pinned}, or drain the topic and delete the checkpoint"
+            )));
         }
     }
-    let position = binlog::current_position(conn, server.flavor, address).await?;
-    let (queue_counts, kind) = match saved {
-        Some(saved) => {
-            let reason = format!(
-                "the checkpoint belongs to source {} but source.url now reaches {}",
-                saved.server_identity, server.identity
-            );
-            (saved.queue_counts, StartKind::PositionLost(reason))
-        }
-        None => (configured.into_iter().map(|(t, c)| (t.clone(), c)).collect(), StartKind::Fresh),
+    Ok(())
+}
+
+/// Whether `a` is at least as far as `b` (no `b`: yes; no `a`: no).
+fn newer_or_same(a: Option<&Checkpoint>, b: Option<&Checkpoint>) -> bool {
+    let (a, b) = match (a, b) {
+        (_, None) => return true,
+        (None, Some(_)) => return false,
+        (Some(a), Some(b)) => (a, b),
     };
-    let checkpoint = Checkpoint { position, server_identity: server.identity.clone(), queue_counts };
-    store.save(&checkpoint)?;
-    tracing::info!(start = ?kind, "new checkpoint at the source's current binlog position (saved first)");
-    Ok((checkpoint, kind))
+    let (ga, gb) = (a.position.gtid.as_deref().map(GtidState::parse), b.position.gtid.as_deref().map(GtidState::parse));
+    if let (Some(ga), Some(gb)) = (&ga, &gb) {
+        if ga.is_mariadb() && gb.is_mariadb() {
+            return ga.covers(gb);
+        }
+    }
+    a.server_identity == b.server_identity && (&a.position.file, a.position.pos) >= (&b.position.file, b.position.pos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::BinlogPosition;
+
+    fn at(identity: &str, file: &str, pos: u64, gtid: Option<&str>) -> Checkpoint {
+        Checkpoint {
+            position: BinlogPosition { file: file.into(), pos, gtid: gtid.map(Into::into), commit_time: None },
+            server_identity: identity.into(),
+            queue_counts: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_newer_checkpoint_is_decided_by_gtid_across_servers() {
+        let replica = at("2@r:13307", "mariadb-bin.000009", 900, Some("0-1-120"));
+        let primary = at("1@p:13306", "mariadb-bin.000002", 100, Some("0-1-100"));
+        assert!(newer_or_same(Some(&replica), Some(&primary)));
+        assert!(!newer_or_same(Some(&primary), Some(&replica)), "file names of other servers mean nothing");
+    }
+
+    #[test]
+    fn without_gtids_only_the_same_server_compares_by_file_and_position() {
+        let early = at("uuid-a", "binlog.000003", 500, None);
+        let late = at("uuid-a", "binlog.000004", 4, None);
+        assert!(newer_or_same(Some(&late), Some(&early)));
+        assert!(!newer_or_same(Some(&early), Some(&late)));
+        let other = at("uuid-b", "binlog.000009", 4, None);
+        assert!(!newer_or_same(Some(&other), Some(&early)), "another server: the mirror wins");
+        assert!(newer_or_same(Some(&early), None) && !newer_or_same(None, Some(&early)));
+    }
 }

@@ -1,11 +1,13 @@
 //! The wire form of an outbox event: KEYS = event_id (indexed by the broker, so
-//! `queryMsgByKey` finds it), user properties `event_id` and `biz_key`, body = payload.
+//! `queryMsgByKey` finds it), user properties `event_id`, `biz_key` and (from the
+//! relay) `relay_term`, the leader term that sent it; body = payload.
 
 use rocketmq_model::common::message::message_builder::MessageBuilder;
 use rocketmq_model::common::message::message_client_id_setter::MessageClientIDSetter;
 use rocketmq_model::common::message::message_single::Message;
+use rocketmq_model::common::message::MessageTrait;
 
-use outbox_kit::wire::{PROPERTY_BIZ_KEY, PROPERTY_EVENT_ID};
+use outbox_kit::wire::{PROPERTY_BIZ_KEY, PROPERTY_EVENT_ID, PROPERTY_RELAY_TERM};
 
 use super::PublishError;
 use crate::event::OutboxEvent;
@@ -22,12 +24,19 @@ pub struct Prepared {
     pub msg_ids: Vec<String>,
 }
 
-/// Builds the messages for `events` and assigns their ids.
-pub fn prepare<'a>(events: impl IntoIterator<Item = &'a OutboxEvent>) -> Result<Prepared, PublishError> {
+/// Builds the messages for `events`, sent under leader `term` when there is one, and
+/// assigns their ids.
+pub fn prepare<'a>(
+    events: impl IntoIterator<Item = &'a OutboxEvent>,
+    term: Option<u64>,
+) -> Result<Prepared, PublishError> {
     let mut messages = Vec::new();
     let mut msg_ids = Vec::new();
     for event in events {
         let mut message = to_message(event)?;
+        if let Some(term) = term {
+            message.put_property(PROPERTY_RELAY_TERM.into(), term.to_string().into());
+        }
         MessageClientIDSetter::set_uniq_id(&mut message);
         let id = MessageClientIDSetter::get_uniq_id(&message).map(|id| id.to_string()).unwrap_or_default();
         msg_ids.push(id);

@@ -104,7 +104,7 @@ impl Producer {
 
     /// Sends `events` as one synchronous batch to `queue`. `Ok` only on SEND_OK.
     pub async fn send_batch(&self, queue: &MessageQueue, events: &[OutboxEvent]) -> Result<SendReceipt, PublishError> {
-        self.send(queue, &prepare(events)?).await
+        self.send(queue, &prepare(events, None)?).await
     }
 
     /// Sends a prepared batch to `queue` (again, on a retry). `Ok` only on SEND_OK.

@@ -25,7 +25,7 @@ use mysql_async::{IsolationLevel, Params, Pool, Row, TxOpts, Value};
 use outbox_kit::{truncate_utf8, OutboxTable};
 
 use super::status::key_params;
-use super::{has_index, keyed, RowKey, CLAIM_INDEX, FAILED, KEY_ORDER_INDEX, PENDING, SENDING};
+use super::{has_index, keyed, RowKey, TermFence, CLAIM_INDEX, FAILED, KEY_ORDER_INDEX, PENDING, SENDING};
 use crate::config::{ClaimMethod, FailedKeyPolicy};
 use crate::event::OutboxEvent;
 
@@ -103,6 +103,8 @@ pub struct ClaimStore {
     /// `FORCE INDEX (idx_claim)` when the table has it: the optimizer otherwise picks
     /// the primary key for `ORDER BY id LIMIT n` and walks every SENT row first.
     index_hint: String,
+    /// Every claim and every change to a claimed row holds only while this term is current.
+    fence: TermFence,
 }
 
 impl ClaimStore {
@@ -115,6 +117,7 @@ impl ClaimStore {
         lease: Duration,
         method: ClaimMethod,
         policy: FailedKeyPolicy,
+        fence: TermFence,
     ) -> Result<Self, mysql_async::Error> {
         let mut conn = pool.get_conn().await?;
         let version: Option<String> = conn.query_first("SELECT VERSION()").await?;
@@ -129,7 +132,12 @@ impl ClaimStore {
             String::new()
         };
         drop(conn);
-        Ok(Self { pool, outbox, owner, lease, method, policy, index_hint })
+        Ok(Self { pool, outbox, owner, lease, method, policy, index_hint, fence })
+    }
+
+    /// The same claims, made under `fence` (a new leader term).
+    pub fn under(&self, fence: TermFence) -> Self {
+        Self { fence, ..self.clone() }
     }
 
     pub fn owner(&self) -> &str {
@@ -247,13 +255,20 @@ impl ClaimStore {
         if !rows.is_empty() {
             let ids: Vec<u64> = rows.iter().filter_map(|r| r.get::<u64, _>(0)).collect();
             let sql = format!(
-                "UPDATE {} SET status = {SENDING}, owner = ?, lease_until = NOW(3) + INTERVAL ? MICROSECOND WHERE id IN ({})",
+                "UPDATE {} o {} SET o.status = {SENDING}, o.owner = ?, o.lease_until = NOW(3) + INTERVAL ? MICROSECOND \
+                 WHERE o.id IN ({})",
                 self.outbox.qualified(),
+                self.fence.join(),
                 placeholders(ids.len())
             );
             let mut params = vec![Value::from(&self.owner), Value::from(micros(self.lease))];
             params.extend(ids.into_iter().map(Value::from));
             tx.exec_drop(sql, Params::Positional(params)).await?;
+            if tx.affected_rows() == 0 {
+                // Our term is over: nothing was claimed, so nothing may be sent.
+                tx.rollback().await?;
+                return Ok(Vec::new());
+            }
         }
         tx.commit().await?;
         Ok(rows)
@@ -263,9 +278,10 @@ impl ClaimStore {
         let mut conn = self.pool.get_conn().await?;
         let candidates: Vec<Row> = conn.exec(select, params).await?;
         let sql = format!(
-            "UPDATE {} SET status = {SENDING}, owner = ?, lease_until = NOW(3) + INTERVAL ? MICROSECOND \
-             WHERE id = ? AND status = {PENDING} AND next_retry_at <= NOW(3)",
-            self.outbox.qualified()
+            "UPDATE {} o {} SET o.status = {SENDING}, o.owner = ?, o.lease_until = NOW(3) + INTERVAL ? MICROSECOND \
+             WHERE o.id = ? AND o.status = {PENDING} AND o.next_retry_at <= NOW(3)",
+            self.outbox.qualified(),
+            self.fence.join()
         );
         let mut claimed = Vec::with_capacity(candidates.len());
         for row in candidates {
@@ -294,19 +310,20 @@ impl ClaimStore {
     /// Returns how many rows went back.
     pub async fn reclaim_expired(&self) -> Result<u64, mysql_async::Error> {
         let table = self.outbox.qualified();
+        let fence = self.fence.join();
         let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(
             format!(
-                "UPDATE {table} SET lease_until = NOW(3) + INTERVAL ? MICROSECOND \
-                 WHERE status = {SENDING} AND lease_until IS NULL"
+                "UPDATE {table} o {fence} SET o.lease_until = NOW(3) + INTERVAL ? MICROSECOND \
+                 WHERE o.status = {SENDING} AND o.lease_until IS NULL"
             ),
             (micros(self.lease),),
         )
         .await?;
         conn.exec_drop(
             format!(
-                "UPDATE {table} SET status = {PENDING}, owner = NULL, lease_until = NULL \
-                 WHERE status = {SENDING} AND lease_until < NOW(3) AND NOT (owner <=> ?)"
+                "UPDATE {table} o {fence} SET o.status = {PENDING}, o.owner = NULL, o.lease_until = NULL \
+                 WHERE o.status = {SENDING} AND o.lease_until < NOW(3) AND NOT (o.owner <=> ?)"
             ),
             (&self.owner,),
         )
@@ -322,8 +339,10 @@ impl ClaimStore {
     /// Our SENDING rows go back to PENDING (at shutdown: whatever was not reported).
     pub async fn release_own(&self) -> Result<u64, mysql_async::Error> {
         let sql = format!(
-            "UPDATE {} SET status = {PENDING}, owner = NULL, lease_until = NULL WHERE status = {SENDING} AND owner = ?",
-            self.outbox.qualified()
+            "UPDATE {} o {} SET o.status = {PENDING}, o.owner = NULL, o.lease_until = NULL \
+             WHERE o.status = {SENDING} AND o.owner = ?",
+            self.outbox.qualified(),
+            self.fence.join()
         );
         let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(sql, (&self.owner,)).await?;
@@ -353,10 +372,11 @@ impl ClaimStore {
             return Ok(0);
         }
         let sql = format!(
-            "UPDATE {} o JOIN ({}) v ON o.id = v.id AND o.event_id = v.event_id SET {set} \
+            "UPDATE {} o JOIN ({}) v ON o.id = v.id AND o.event_id = v.event_id {} SET {set} \
              WHERE o.status = {SENDING} AND o.owner = ?",
             self.outbox.qualified(),
-            keyed(rows.len(), &[])
+            keyed(rows.len(), &[]),
+            self.fence.join()
         );
         let mut params = key_params(rows);
         params.extend(values);

@@ -1,11 +1,13 @@
 //! SQL on the primary: the schema (migrations), status write-back, the sweep's
-//! claims and leases.
+//! claims and leases, and the leader lease whose term fences every write.
 
 mod claims;
+mod lease;
 mod schema;
 mod status;
 
 pub use claims::{ClaimStore, Claimed, Cutoff, Malformed};
+pub use lease::{LeaseHolder, LeaseStore, TermFence};
 pub use schema::{has_index, migrate, MigrationReport, CLAIM_INDEX, KEY_ORDER_INDEX};
 pub use status::{Sent, StatusStore};
 

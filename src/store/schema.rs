@@ -98,6 +98,11 @@ const MIGRATIONS: &[Migration] = &[
   result     VARCHAR(1024) NOT NULL
 ) ENGINE=InnoDB",
     },
+    Migration {
+        version: 4,
+        name: "whole checkpoint in the mirror",
+        sql: "ALTER TABLE `{schema}`.`outbox_relay_checkpoint` ADD COLUMN checkpoint TEXT NULL",
+    },
 ];
 
 /// Columns the relay needs beyond the classic outbox table, with their definitions.

@@ -13,16 +13,18 @@ use mysql_async::{Params, Pool, Value};
 
 use outbox_kit::{truncate_utf8, OutboxTable};
 
-use super::{keyed, RowKey, FAILED, PENDING, SENDING, SENT};
+use super::{keyed, RowKey, TermFence, FAILED, PENDING, SENDING, SENT};
 
 /// `last_error` column width.
 const LAST_ERROR_MAX: usize = 1024;
 
-/// Status updates on the outbox table.
+/// Status updates on the outbox table, by one leader term: each write changes rows
+/// only while that term is current.
 #[derive(Clone)]
 pub struct StatusStore {
     pool: Pool,
     outbox: OutboxTable,
+    fence: TermFence,
 }
 
 /// One row to mark SENT.
@@ -37,8 +39,8 @@ pub struct Sent {
 }
 
 impl StatusStore {
-    pub fn new(pool: Pool, outbox: OutboxTable) -> Self {
-        Self { pool, outbox }
+    pub fn new(pool: Pool, outbox: OutboxTable, fence: TermFence) -> Self {
+        Self { pool, outbox, fence }
     }
 
     /// Marks `rows` SENT with their msg_id in one statement; returns rows changed.
@@ -47,11 +49,12 @@ impl StatusStore {
             return Ok(0);
         }
         let sql = format!(
-            "UPDATE {} o JOIN ({}) v ON o.id = v.id AND o.event_id = v.event_id \
+            "UPDATE {} o JOIN ({}) v ON o.id = v.id AND o.event_id = v.event_id {} \
              SET o.status = {SENT}, o.msg_id = v.msg_id, o.sent_at = FROM_UNIXTIME(v.sent_at), o.owner = NULL, \
              o.lease_until = NULL WHERE o.status <> {SENT}",
             self.outbox.qualified(),
-            keyed(rows.len(), &["msg_id", "sent_at"])
+            keyed(rows.len(), &["msg_id", "sent_at"]),
+            self.fence.join()
         );
         let params: Vec<Value> = rows
             .iter()
@@ -88,11 +91,12 @@ impl StatusStore {
             return Ok(0);
         }
         let sql = format!(
-            "UPDATE {} o JOIN ({}) v ON o.id = v.id AND o.event_id = v.event_id \
+            "UPDATE {} o JOIN ({}) v ON o.id = v.id AND o.event_id = v.event_id {} \
              SET o.status = {FAILED}, o.last_error = ?, o.retry_count = o.retry_count + 1, o.owner = NULL, \
              o.lease_until = NULL WHERE o.status <> {SENT}",
             self.outbox.qualified(),
-            keyed(rows.len(), &[])
+            keyed(rows.len(), &[]),
+            self.fence.join()
         );
         let mut params = key_params(rows);
         params.push(Value::from(truncate_utf8(reason, LAST_ERROR_MAX)));
@@ -105,9 +109,10 @@ impl StatusStore {
             return Ok(0);
         }
         let sql = format!(
-            "UPDATE {} SET status = {FAILED}, last_error = ?, retry_count = retry_count + 1, owner = NULL, \
-             lease_until = NULL WHERE id IN ({}) AND status <> {SENT}",
+            "UPDATE {} o {} SET o.status = {FAILED}, o.last_error = ?, o.retry_count = o.retry_count + 1, \
+             o.owner = NULL, o.lease_until = NULL WHERE o.id IN ({}) AND o.status <> {SENT}",
             self.outbox.qualified(),
+            self.fence.join(),
             vec!["?"; ids.len()].join(",")
         );
         let mut params = vec![Value::from(truncate_utf8(reason, LAST_ERROR_MAX))];

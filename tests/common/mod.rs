@@ -5,20 +5,27 @@
 
 pub mod collector;
 pub mod events;
+pub mod load;
 pub mod outbox;
 pub mod relay;
 
 use std::future::Future;
 use std::time::Duration;
 
+use mysql_async::prelude::Queryable;
 use mysql_async::Pool;
 use outbox_relay::config::DbUrl;
 
 /// Addresses of the stack `scripts/stack up` started.
 pub struct Stack {
-    /// Root on the private MariaDB (tests set up schemas with it).
+    /// Root on the private MariaDB primary (tests set up schemas with it).
     pub root_url: String,
+    /// Root on its replica, whose binlog the relay tails.
+    pub replica_root_url: String,
+    /// The replication user on the replica (the relay's `source.url`).
     pub repl_url: String,
+    /// The replication user on the primary (a failover target for `source.url`).
+    pub primary_repl_url: String,
     pub writer_url: String,
     pub namesrv: String,
 }
@@ -32,7 +39,12 @@ impl Stack {
         let var = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
         Stack {
             root_url: var("OUTBOX_RELAY_TEST_DB_URL", "mysql://root@127.0.0.1:13306/app"),
-            repl_url: var("OUTBOX_RELAY_TEST_REPL_URL", "mysql://outbox_repl:repl-secret@127.0.0.1:13306/app"),
+            replica_root_url: var("OUTBOX_RELAY_TEST_REPLICA_ROOT_URL", "mysql://root@127.0.0.1:13307/app"),
+            repl_url: var("OUTBOX_RELAY_TEST_REPL_URL", "mysql://outbox_repl:repl-secret@127.0.0.1:13307/app"),
+            primary_repl_url: var(
+                "OUTBOX_RELAY_TEST_PRIMARY_REPL_URL",
+                "mysql://outbox_repl:repl-secret@127.0.0.1:13306/app",
+            ),
             writer_url: var("OUTBOX_RELAY_TEST_WRITER_URL", "mysql://outbox_writer:writer-secret@127.0.0.1:13306/app"),
             namesrv: var("OUTBOX_RELAY_TEST_NAMESRV", "127.0.0.1:19876"),
         }
@@ -49,12 +61,46 @@ impl Stack {
         .unwrap_or_else(|e| panic!("producer: {e}\n(start the stack first: scripts/stack up)"))
     }
 
-    /// A root pool on the stack's MariaDB; panics with the fix when the stack is down.
+    /// A root pool on the stack's MariaDB primary; panics with the fix when the stack is down.
     pub async fn root_pool(&self) -> Pool {
-        outbox_relay::db::connect("test", &DbUrl::new(&self.root_url), 4)
-            .await
-            .unwrap_or_else(|e| panic!("{e}\n(start the stack first: scripts/stack up)"))
+        pool(&self.root_url).await
     }
+
+    /// A root pool on the replica the relay tails.
+    pub async fn replica_pool(&self) -> Pool {
+        pool(&self.replica_root_url).await
+    }
+
+    /// Waits until the replica has applied everything the primary committed so far
+    /// (tables and users a test just created exist there too).
+    pub async fn replica_caught_up(&self) {
+        let primary = self.root_pool().await;
+        let replica = self.replica_pool().await;
+        let gtid: String = primary
+            .get_conn()
+            .await
+            .expect("primary")
+            .query_first("SELECT @@gtid_binlog_pos")
+            .await
+            .expect("gtid_binlog_pos")
+            .unwrap_or_default();
+        let waited: Option<i32> = replica
+            .get_conn()
+            .await
+            .expect("replica")
+            .exec_first("SELECT MASTER_GTID_WAIT(?, 60)", (&gtid,))
+            .await
+            .expect("MASTER_GTID_WAIT");
+        assert_eq!(waited, Some(0), "the replica did not reach {gtid} within 60 s (scripts/stack status)");
+        primary.disconnect().await.ok();
+        replica.disconnect().await.ok();
+    }
+}
+
+async fn pool(url: &str) -> Pool {
+    outbox_relay::db::connect("test", &DbUrl::new(url), 4)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n(start the stack first: scripts/stack up)"))
 }
 
 /// Polls `check` until it returns `Some`, or panics after `deadline` naming `what`.

@@ -23,6 +23,7 @@ impl TestOutbox {
         let pool = stack.root_pool().await;
         let table = OutboxTable { schema: "app".to_owned(), table: unique("outbox") };
         migrate(&pool, &table).await.expect("migrate test outbox");
+        stack.replica_caught_up().await;
         Self { pool, table }
     }
 

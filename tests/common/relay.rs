@@ -50,6 +50,7 @@ impl RelayOptions {
         set("OUTBOX_RELAY__RETRY__BACKOFF_INITIAL_MS", "200".into());
         set("OUTBOX_RELAY__RETRY__BACKOFF_MAX_MS", "2000".into());
         set("OUTBOX_RELAY__ROCKETMQ__PRODUCER_GROUP", unique("relay"));
+        set("OUTBOX_RELAY__LEADER__LEASE_MS", "5000".into());
         env.extend(self.extra_env.iter().cloned());
         env
     }
@@ -67,10 +68,20 @@ impl RelayProcess {
         Self(Child::start(&binary, config, &options.environment(stack), &log).expect("start outbox-relay"))
     }
 
-    /// Waits until `/readyz` answers 200: in binlog mode the reader streams (its start
-    /// position was saved before), so rows written afterwards are the binlog path's.
+    /// Waits until `/readyz` answers 200 as the leader: in binlog mode the reader
+    /// streams (its start position was saved before), so rows written afterwards are
+    /// the binlog path's.
     pub async fn wait_ready(&mut self) {
-        self.wait_readiness(true, Duration::from_secs(60)).await;
+        self.wait_role("leader", Duration::from_secs(60)).await;
+    }
+
+    /// Waits until `/readyz` answers 200 with `"role":"{role}"` (leader or standby).
+    pub async fn wait_role(&mut self, role: &str, deadline: Duration) {
+        let wanted = format!(r#""role":"{role}""#);
+        match self.0.wait_readiness_with(true, &wanted, deadline).await {
+            Ok(_) => {}
+            Err(error) => panic!("{error:#}\n{}", self.log_text()),
+        }
     }
 
     /// Waits until `/readyz` says `ready` (200) or not (503); returns the response.
@@ -113,6 +124,11 @@ impl RelayProcess {
     /// GET `path` from the relay's metrics and health endpoint: the whole response.
     pub fn http_get(&self, path: &str) -> String {
         self.0.get(path).unwrap_or_else(|e| panic!("GET {path}: {e}\n{}", self.log_text()))
+    }
+
+    /// The `/readyz` response, or `None` while the endpoint does not answer (starting).
+    pub fn readyz(&self) -> Option<String> {
+        self.0.get("/readyz").ok()
     }
 
     /// The relay's log so far, for assertion messages.

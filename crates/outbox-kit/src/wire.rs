@@ -6,3 +6,6 @@
 pub const PROPERTY_EVENT_ID: &str = "event_id";
 /// User property holding the ordering key.
 pub const PROPERTY_BIZ_KEY: &str = "biz_key";
+/// User property holding the leader term of the relay instance that sent the
+/// message: at most one term publishes at a time, so it tells which instance did.
+pub const PROPERTY_RELAY_TERM: &str = "relay_term";

@@ -54,17 +54,24 @@ impl RelayProcess {
     /// Waits until `/readyz` says `ready` (200) or not (503); returns that response.
     /// Fails when the relay exits first or `deadline` passes.
     pub async fn wait_readiness(&mut self, ready: bool, deadline: Duration) -> anyhow::Result<String> {
-        let wanted = if ready { "HTTP/1.0 200" } else { "HTTP/1.0 503" };
-        let what = format!("/readyz to answer {wanted} (log {})", self.log.display());
-        crate::until(&what, deadline, || std::future::ready(self.readiness_is(wanted))).await
+        self.wait_readiness_with(ready, "", deadline).await
     }
 
-    /// The `/readyz` response if it starts with `wanted`; an error once the relay exited.
-    fn readiness_is(&mut self, wanted: &str) -> anyhow::Result<Option<String>> {
-        if let Some(status) = self.child.try_wait()? {
-            bail!("the relay exited ({status}) before /readyz answered {wanted}; log {}", self.log.display());
+    /// Like [`Self::wait_readiness`], for an answer that also contains `text` (such as
+    /// `"role":"leader"`).
+    pub async fn wait_readiness_with(&mut self, ready: bool, text: &str, deadline: Duration) -> anyhow::Result<String> {
+        let wanted = if ready { "HTTP/1.0 200" } else { "HTTP/1.0 503" };
+        let what = format!("/readyz to answer {wanted} {text} (log {})", self.log.display());
+        crate::until(&what, deadline, || std::future::ready(self.readiness_is(wanted, text))).await
+    }
+
+    /// The `/readyz` response if it starts with `status` and contains `text`; an error
+    /// once the relay exited.
+    fn readiness_is(&mut self, status: &str, text: &str) -> anyhow::Result<Option<String>> {
+        if let Some(code) = self.child.try_wait()? {
+            bail!("the relay exited ({code}) before /readyz answered {status} {text}; log {}", self.log.display());
         }
-        Ok(self.get("/readyz").ok().filter(|response| response.starts_with(wanted)))
+        Ok(self.get("/readyz").ok().filter(|response| response.starts_with(status) && response.contains(text)))
     }
 
     /// The value of counter or gauge `name` on `/metrics`.

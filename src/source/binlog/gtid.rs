@@ -43,6 +43,23 @@ impl GtidState {
         self.mysql_last = Some(format!("{uuid}:{gno}"));
     }
 
+    /// Whether this state includes every transaction `other` names: for MariaDB, each
+    /// of `other`'s domains at the same or a later sequence number. MySQL states keep
+    /// only the last GTID and cannot be compared.
+    pub fn covers(&self, other: &GtidState) -> bool {
+        !self.mariadb.is_empty()
+            && other.mysql_last.is_none()
+            && other
+                .mariadb
+                .iter()
+                .all(|(domain, (_, seq))| self.mariadb.get(domain).is_some_and(|(_, mine)| mine >= seq))
+    }
+
+    /// Whether this is a MariaDB GTID position a reader can connect with.
+    pub fn is_mariadb(&self) -> bool {
+        !self.mariadb.is_empty()
+    }
+
     /// The state as text, or `None` when the server has no GTIDs.
     pub fn render(&self) -> Option<String> {
         if !self.mariadb.is_empty() {
@@ -63,6 +80,16 @@ mod tests {
         state.set_mariadb(MariaGtid { domain: 0, server: 1, seq: 101 });
         assert_eq!(state.render().as_deref(), Some("0-1-101,1-2-7"));
         assert_eq!(GtidState::parse("").render(), None);
+    }
+
+    #[test]
+    fn a_state_covers_another_when_every_domain_is_at_least_as_far() {
+        let later = GtidState::parse("0-1-100,1-2-7");
+        assert!(later.covers(&GtidState::parse("0-1-99,1-2-7")));
+        assert!(later.covers(&GtidState::parse("0-3-100")), "the server id of a GTID does not order it");
+        assert!(!later.covers(&GtidState::parse("0-1-101")));
+        assert!(!later.covers(&GtidState::parse("2-1-1")), "a domain it has not seen");
+        assert!(!GtidState::parse("uuid:5").covers(&GtidState::parse("uuid:4")), "MySQL: not comparable");
     }
 
     #[test]

@@ -44,6 +44,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use columns::{ColumnError, ColumnMap};
 pub use decode::{DecodeError, Decoded, Decoder};
+pub use gtid::GtidState;
 pub use preflight::{check as preflight, current_position, Flavor, PreflightError, ServerInfo};
 
 use super::{BinlogPosition, Handoff, Origin, PipelineClosed, SourceTx};
@@ -228,6 +229,7 @@ impl Reader {
     /// Has the sweep hand on every row committed so far, then moves the checkpoint to
     /// `from` (where tailing starts) once everything before is acknowledged.
     async fn full_sweep(&self, reason: String, from: &BinlogPosition) -> Result<(), PipelineClosed> {
+        self.links.metrics.full_sweeps.inc();
         let (done, swept) = oneshot::channel();
         self.links.sweeps.send(FullSweep { reason, done }).await.map_err(|_| PipelineClosed)?;
         swept.await.map_err(|_| PipelineClosed)?;
@@ -250,7 +252,7 @@ impl Reader {
         failures: &mut u32,
     ) -> Result<std::convert::Infallible, Retry> {
         let mut stream = self.connect(position).await?;
-        tracing::info!(file = %position.file, pos = position.pos, server_id = self.settings.server_id, "tailing binlog");
+        tracing::info!(file = %position.file, pos = position.pos, gtid = ?position.gtid, server_id = self.settings.server_id, "tailing binlog");
         let mut decoder =
             Decoder::new(&self.settings.schema, &self.settings.table, position, self.settings.part_events);
         decoder.set_columns(self.load_columns().await?);
@@ -336,6 +338,16 @@ impl Reader {
             conn.query_drop(format!("SET @mariadb_slave_capability = {}", mariadb::SLAVE_CAPABILITY_GTID))
                 .await
                 .map_err(|e| Retry::Again(e.to_string()))?;
+            if let Some(gtid) = position.gtid.as_deref().map(GtidState::parse).filter(GtidState::is_mariadb) {
+                // Resume by GTID: the same position holds on every server of the
+                // replication topology, so a switch of source.url loses nothing.
+                let state = gtid.render().unwrap_or_default();
+                conn.query_drop(format!(
+                    "SET @slave_connect_state = '{state}', @slave_gtid_strict_mode = 0, @slave_gtid_ignore_duplicates = 0"
+                ))
+                .await
+                .map_err(|e| Retry::Again(e.to_string()))?;
+            }
         }
         let request = BinlogStreamRequest::new(self.settings.server_id)
             .with_filename(position.file.as_bytes())
@@ -362,6 +374,14 @@ impl Reader {
 
     fn stream_error(&self, error: mysql_async::Error) -> Retry {
         match &error {
+            // The server dropped this dump because another replica registered with the
+            // same server_id: not a lost position, and a sweep would not help.
+            mysql_async::Error::Server(e) if same_server_id(&e.message) => Retry::Operator(format!(
+                "source.server_id {} is used by another replica or relay on {} (server: {}); fix: give each relay fleet a source.server_id unique among the source's replicas",
+                self.settings.server_id,
+                self.settings.url.address(),
+                e.message
+            )),
             // ER_MASTER_FATAL_ERROR_READING_BINLOG: purged file, bad position, other server.
             mysql_async::Error::Server(e) if e.code == 1236 => Retry::PositionLost(e.message.clone()),
             mysql_async::Error::Server(e) if e.code == 1227 || e.code == 1045 => {
@@ -375,6 +395,12 @@ impl Reader {
             _ => Retry::Again(error.to_string()),
         }
     }
+}
+
+/// Whether a server error says another replica connected with our server_id
+/// (MySQL and MariaDB word it "A slave with the same server_uuid/server_id ...").
+fn same_server_id(message: &str) -> bool {
+    message.contains("same server_uuid/server_id") || message.contains("same server_id")
 }
 
 /// How streaming stopped, which decides what the reader does next.

@@ -111,9 +111,34 @@ pub async fn check(conn: &mut Conn, address: &str) -> Result<ServerInfo, Preflig
             uuid.into_iter().next().unwrap_or_else(|| format!("{server_id}@{hostname}:{port}"))
         }
     };
+    check_replica_logs_updates(conn, address, flavor).await?;
     // The replication privilege is needed to read "now"; check it here, not mid-start.
     current_position(conn, flavor, address).await?;
     Ok(ServerInfo { flavor, version, identity })
+}
+
+/// A replica writes what it replicates to its own binlog only with
+/// `log_slave_updates` (MySQL: `log_replica_updates`); without it the relay would see
+/// none of the primary's outbox rows and every one would arrive late, by the sweep.
+/// A server counts as a replica when it is read-only or (MariaDB) has replicated by GTID.
+async fn check_replica_logs_updates(conn: &mut Conn, address: &str, flavor: Flavor) -> Result<(), PreflightError> {
+    let sql = match flavor {
+        Flavor::MariaDb => "SELECT @@log_slave_updates, @@read_only, @@gtid_slave_pos <> ''",
+        Flavor::MySql => "SELECT @@log_replica_updates, @@read_only OR @@super_read_only, 0",
+    };
+    let values = text_row(conn, address, sql).await?;
+    let is_on = |v: &String| matches!(v.as_str(), "1" | "ON");
+    let [logs_updates, read_only, replicated] = values.as_slice() else { return Ok(()) };
+    if !is_on(logs_updates) && (is_on(read_only) || is_on(replicated)) {
+        return Err(PreflightError::Setting {
+            address: address.to_owned(),
+            setting: "log_slave_updates",
+            value: logs_updates.clone(),
+            expected: "ON on a replica",
+            fix: "set log_slave_updates = ON (MySQL: log_replica_updates = ON) on the replica and restart it, or point source.url at a server that writes what it replicates to its binlog",
+        });
+    }
+    Ok(())
 }
 
 /// The server's current binlog end: where a relay without a checkpoint starts.

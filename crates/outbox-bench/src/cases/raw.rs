@@ -39,7 +39,7 @@ pub async fn run(rig: &Rig) -> anyhow::Result<Measurement> {
         let batch_size = o.batch_size;
         senders.push(tokio::spawn(async move {
             for chunk in events.chunks(batch_size) {
-                send_until_stored(&producer, &queue, &prepare(chunk)?).await?;
+                send_until_stored(&producer, &queue, &prepare(chunk, None)?).await?;
             }
             anyhow::Ok(())
         }));

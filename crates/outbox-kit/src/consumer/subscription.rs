@@ -8,7 +8,7 @@ use rocketmq_model::common::message::message_ext::MessageExt;
 
 use super::consumption::Consumption;
 use crate::client::{client_config, ClientError, ClientHost};
-use crate::wire::{PROPERTY_BIZ_KEY, PROPERTY_EVENT_ID};
+use crate::wire::{PROPERTY_BIZ_KEY, PROPERTY_EVENT_ID, PROPERTY_RELAY_TERM};
 
 /// One message as an outbox consumer sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +27,10 @@ pub struct Delivery {
     /// [`Consumption::Concurrent`] a delivery through the consumer group's retry topic
     /// (queue id and offset are then the retry queue's).
     pub reconsume_times: i32,
+    /// The leader term of the relay instance that sent it (`relay_term`), if any.
+    pub relay_term: Option<u64>,
+    /// When the broker stored it, Unix milliseconds on the broker's clock.
+    pub store_timestamp: i64,
 }
 
 impl Delivery {
@@ -46,6 +50,8 @@ impl Delivery {
             queue_id: message.queue_id(),
             queue_offset: message.queue_offset(),
             reconsume_times: message.reconsume_times(),
+            relay_term: property(PROPERTY_RELAY_TERM).parse().ok(),
+            store_timestamp: message.store_timestamp(),
         }
     }
 }

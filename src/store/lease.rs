@@ -1,0 +1,148 @@
+//! The leader lease in `outbox_relay_lease` on the primary, and the fence that makes
+//! every write of the relay conditional on its term.
+//!
+//! One row per fleet: `(name, holder, term, lease_until)`. Taking the lease is one
+//! conditional UPDATE that succeeds only when the lease has run out, and that
+//! increments `term`; renewing succeeds only while the same term still holds an
+//! unexpired lease. Only the database's clock (`NOW(3)`) decides expiry, so clocks of
+//! the relay hosts never matter.
+//!
+//! A [`TermFence`] joins the lease row into a write: the write changes rows only while
+//! its term is still the current one. A leader that was paused or cut off and
+//! resumes after another took over therefore writes nothing, whatever it still
+//! believes about itself.
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::Pool;
+
+/// Name of the lease table (in the outbox table's schema).
+const LEASE_TABLE: &str = "outbox_relay_lease";
+
+/// A lease term: the fencing token of one leadership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TermFence {
+    /// `` `schema`.`outbox_relay_lease` ``.
+    table: String,
+    /// The lease name; checked by the configuration to be a safe SQL literal.
+    name: String,
+    pub term: u64,
+}
+
+impl TermFence {
+    /// An inner join that keeps a statement's rows only while `term` is current:
+    /// `JOIN lease f ON f.name = '...' AND f.term = N`.
+    pub(crate) fn join(&self) -> String {
+        format!(
+            "JOIN {} relay_fence ON relay_fence.name = '{}' AND relay_fence.term = {}",
+            self.table, self.name, self.term
+        )
+    }
+
+    /// A `FROM ... WHERE` that yields one row only while `term` is current, for
+    /// `INSERT ... SELECT`.
+    pub(crate) fn from(&self) -> String {
+        format!("FROM {} WHERE name = '{}' AND term = {}", self.table, self.name, self.term)
+    }
+}
+
+/// Who holds a lease now, as the table says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseHolder {
+    pub holder: String,
+    pub term: u64,
+    /// Milliseconds the lease still runs (negative: expired that long ago).
+    pub remaining_ms: i64,
+}
+
+/// The lease row of one fleet.
+#[derive(Clone)]
+pub struct LeaseStore {
+    pool: Pool,
+    table: String,
+    name: String,
+}
+
+impl LeaseStore {
+    pub fn new(pool: Pool, schema: &str, name: &str) -> Self {
+        Self { pool, table: format!("`{schema}`.`{LEASE_TABLE}`"), name: name.to_owned() }
+    }
+
+    /// The fence of `term`.
+    pub fn fence(&self, term: u64) -> TermFence {
+        TermFence { table: self.table.clone(), name: self.name.clone(), term }
+    }
+
+    /// Takes the lease for `holder` if it has run out (or never existed); the new term.
+    pub async fn acquire(&self, holder: &str, lease: Duration) -> Result<Option<u64>, mysql_async::Error> {
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(
+            format!(
+                "INSERT IGNORE INTO {} (name, holder, term, lease_until) VALUES (?, '', 0, '1970-01-02')",
+                self.table
+            ),
+            (&self.name,),
+        )
+        .await?;
+        conn.exec_drop(
+            format!(
+                "UPDATE {} SET holder = ?, term = LAST_INSERT_ID(term + 1), lease_until = NOW(3) + INTERVAL ? MICROSECOND \
+                 WHERE name = ? AND lease_until < NOW(3)",
+                self.table
+            ),
+            (holder, micros(lease), &self.name),
+        )
+        .await?;
+        Ok((conn.affected_rows() == 1).then(|| conn.last_insert_id()).flatten())
+    }
+
+    /// Extends the lease of `term` by `lease` from now; `false` when it is not ours
+    /// any more or had already run out.
+    pub async fn renew(&self, term: u64, lease: Duration) -> Result<bool, mysql_async::Error> {
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(
+            format!(
+                "UPDATE {} SET lease_until = NOW(3) + INTERVAL ? MICROSECOND \
+                 WHERE name = ? AND term = ? AND lease_until >= NOW(3)",
+                self.table
+            ),
+            (micros(lease), &self.name, term),
+        )
+        .await?;
+        Ok(conn.affected_rows() == 1)
+    }
+
+    /// Ends the lease of `term` now, so a standby takes over at its next try.
+    pub async fn release(&self, term: u64) -> Result<bool, mysql_async::Error> {
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(
+            format!(
+                "UPDATE {} SET lease_until = NOW(3) - INTERVAL 1 SECOND WHERE name = ? AND term = ? AND lease_until >= NOW(3)",
+                self.table
+            ),
+            (&self.name, term),
+        )
+        .await?;
+        Ok(conn.affected_rows() == 1)
+    }
+
+    /// The current holder, if the row exists.
+    pub async fn holder(&self) -> Result<Option<LeaseHolder>, mysql_async::Error> {
+        let mut conn = self.pool.get_conn().await?;
+        let row: Option<(String, u64, i64)> = conn
+            .exec_first(
+                format!(
+                    "SELECT holder, term, TIMESTAMPDIFF(MICROSECOND, NOW(3), lease_until) DIV 1000 FROM {} WHERE name = ?",
+                    self.table
+                ),
+                (&self.name,),
+            )
+            .await?;
+        Ok(row.map(|(holder, term, remaining_ms)| LeaseHolder { holder, term, remaining_ms }))
+    }
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,439 @@
+//! One publisher per outbox table: instances of one fleet share the leader lease on
+//! the primary; exactly one publishes, a standby takes over when it dies, pauses or
+//! stops, and a deposed leader writes nothing. Also the source side: resume by GTID on
+//! another server, and sources the relay must refuse. The relays are real processes
+//! against the real stack; who published what is judged from the broker's side (each
+//! message carries the term that sent it) and from the lease table.
+#![recursion_limit = "512"]
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::collector::Collector;
+use common::events::{all_sent, consumed_all, Events};
+use common::load::Load;
+use common::outbox::TestOutbox;
+use common::relay::{RelayOptions, RelayProcess};
+use common::{eventually, unique, Stack};
+use mysql_async::prelude::Queryable;
+use outbox_kit::consumer::Delivery;
+use outbox_kit::RowStatus;
+
+/// The lease the tests' relays hold (`leader.lease_ms` in `RelayOptions`).
+const LEASE: Duration = Duration::from_secs(5);
+
+/// The lease row of `outbox`'s fleet: (holder, term, milliseconds it still runs).
+async fn lease_row(outbox: &TestOutbox) -> (String, u64, i64) {
+    let mut conn = outbox.pool.get_conn().await.expect("conn");
+    let row: Option<(String, u64, i64)> = conn
+        .exec_first(
+            "SELECT holder, term, TIMESTAMPDIFF(MICROSECOND, NOW(3), lease_until) DIV 1000 FROM app.outbox_relay_lease WHERE name = ?",
+            (format!("app.{}", outbox.name()),),
+        )
+        .await
+        .expect("lease row");
+    row.expect("the fleet's lease row exists")
+}
+
+/// Waits until one of `relays` reports itself leader; its index.
+async fn new_leader(relays: &[&RelayProcess], deadline: Duration) -> usize {
+    eventually("a standby to become leader", deadline, || async {
+        relays.iter().position(|r| {
+            let body = r.http_get("/readyz");
+            body.starts_with("HTTP/1.0 200") && body.contains(r#""role":"leader""#)
+        })
+    })
+    .await
+}
+
+/// Waits until `more` rows beyond `now` are SENT.
+async fn sent_grows(outbox: &TestOutbox, more: usize) {
+    let now = outbox.count_status(RowStatus::Sent).await;
+    eventually(&format!("{more} more rows SENT"), Duration::from_secs(60), || async {
+        (outbox.count_status(RowStatus::Sent).await >= now + more).then_some(())
+    })
+    .await;
+}
+
+/// Per term, the first and last broker store time of its messages.
+fn term_spans(deliveries: &[Delivery]) -> BTreeMap<u64, (i64, i64)> {
+    let mut spans: BTreeMap<u64, (i64, i64)> = BTreeMap::new();
+    for d in deliveries.iter().filter(|d| d.reconsume_times == 0) {
+        let term = d.relay_term.unwrap_or_else(|| panic!("{} carries no relay_term", d.event_id));
+        let span = spans.entry(term).or_insert((d.store_timestamp, d.store_timestamp));
+        span.0 = span.0.min(d.store_timestamp);
+        span.1 = span.1.max(d.store_timestamp);
+    }
+    spans
+}
+
+fn signal(relay: &RelayProcess, name: &str) {
+    let status = Command::new("kill").args([format!("-{name}"), relay.pid().to_string()]).status().expect("kill");
+    assert!(status.success(), "kill -{name} {}", relay.pid());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_publish_one_term_at_a_time_under_load_and_lose_nothing() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "fleet").await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("fleet_consumer")).await;
+    let options = || RelayOptions::new(outbox.name());
+    let mut first = RelayProcess::start(&stack, &options());
+    first.wait_ready().await;
+    let mut b = RelayProcess::start(&stack, &options());
+    let mut c = RelayProcess::start(&stack, &options());
+    b.wait_role("standby", Duration::from_secs(60)).await;
+    c.wait_role("standby", Duration::from_secs(60)).await;
+    assert_eq!((b.metric("relay_leader"), c.metric("relay_leader")), (0.0, 0.0), "standbys do not publish");
+    let load = Load::started(&outbox, &events, 20, 60).await;
+
+    // The leader dies: one standby takes over; then it hands over cleanly to the last.
+    first.kill();
+    let second = new_leader(&[&b, &c], LEASE + Duration::from_secs(10)).await;
+    let (mut second, mut third) = if second == 0 { (b, c) } else { (c, b) };
+    sent_grows(&outbox, 60).await;
+    assert_eq!(second.stop(), Some(0), "a clean handover");
+    third.wait_ready().await;
+    sent_grows(&outbox, 60).await;
+    let written = load.finish().await;
+
+    all_sent(&outbox, written, Duration::from_secs(60)).await;
+    let deliveries = consumed_all(&collector, &events, written, Duration::from_secs(120)).await;
+    let spans = term_spans(&deliveries);
+    assert_eq!(spans.len(), 3, "three leaderships published: {spans:?}");
+    let ordered: Vec<(u64, (i64, i64))> = spans.into_iter().collect();
+    for pair in ordered.windows(2) {
+        let ((earlier, (_, last)), (later, (first_of_later, _))) = (pair[0], pair[1]);
+        assert!(
+            last <= first_of_later,
+            "term {earlier} still published at {last} after term {later} began at {first_of_later}"
+        );
+    }
+    let (_, lease_term, _) = lease_row(&outbox).await;
+    assert_eq!(Some(lease_term), ordered.last().map(|t| t.0), "the lease table names the last publisher's term");
+    assert_eq!(third.metric("relay_leader_term"), lease_term as f64);
+    assert_eq!(third.stop(), Some(0));
+    collector.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leaders_standby_takes_over_within_the_lease_from_the_mirror_without_a_sweep() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "takeover").await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("takeover_consumer")).await;
+    let mut leader = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
+    leader.wait_ready().await;
+    // The standby has a checkpoint directory of its own, empty: it can only use the mirror.
+    let mut standby = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
+    standby.wait_role("standby", Duration::from_secs(60)).await;
+    outbox.insert_tx(&events.rows("k", 0..50)).await;
+    all_sent(&outbox, 50, Duration::from_secs(60)).await;
+
+    leader.kill();
+    let killed = Instant::now();
+    outbox.insert_tx(&events.rows("k", 50..60)).await;
+    eventually("the rows written after the kill SENT by the standby", LEASE + Duration::from_secs(5), || async {
+        (outbox.count_status(RowStatus::Sent).await == 60).then_some(())
+    })
+    .await;
+    println!("the standby published {:.2} s after the leader was killed", killed.elapsed().as_secs_f64());
+    assert_eq!(standby.metric("relay_full_sweeps_total"), 0.0, "resumed from the mirror, no full sweep");
+    assert_eq!(standby.metric("relay_binlog_position_lost_total"), 0.0);
+    assert_eq!(standby.metric("relay_leader"), 1.0);
+    consumed_all(&collector, &events, 60, Duration::from_secs(60)).await;
+    assert_eq!(standby.stop(), Some(0));
+    collector.shutdown().await;
+}
+
+/// A writer user of the relay's own, so a trigger can tell whose write it was.
+async fn writer_user(stack: &Stack, outbox: &TestOutbox) -> (String, String) {
+    let name: String = unique("w").chars().take(30).collect();
+    for sql in [
+        format!("CREATE USER '{name}'@'127.0.0.1' IDENTIFIED BY 'pw'"),
+        format!("GRANT SELECT, INSERT, UPDATE, DELETE ON app.* TO '{name}'@'127.0.0.1'"),
+    ] {
+        outbox.exec(&sql).await;
+    }
+    let address = stack.writer_url.rsplit_once('@').map(|(_, host)| host).expect("writer url has a host");
+    (name.clone(), format!("mysql://{name}:pw@{address}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_paused_past_its_lease_writes_nothing_after_it_resumes_and_steps_down() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "paused").await;
+    let table = outbox.table.qualified();
+    // Every write to the outbox rows and to this table's mirror row, with who and when.
+    let writes = format!("app.`{}`", unique("writes"));
+    outbox.exec(&format!("CREATE TABLE {writes} (who VARCHAR(160), what VARCHAR(16), at DATETIME(6))")).await;
+    let (on_rows, on_mirror) = (unique("trg_rows"), unique("trg_mirror"));
+    outbox
+        .exec(&format!(
+            "CREATE TRIGGER app.`{on_rows}` AFTER UPDATE ON {table} FOR EACH ROW INSERT INTO {writes} VALUES (USER(), 'row', NOW(6))"
+        ))
+        .await;
+    outbox
+        .exec(&format!(
+            "CREATE TRIGGER app.`{on_mirror}` AFTER UPDATE ON app.outbox_relay_checkpoint FOR EACH ROW \
+             IF NEW.source_id = 'app.{}' THEN INSERT INTO {writes} VALUES (USER(), 'mirror', NOW(6)); END IF",
+            outbox.name()
+        ))
+        .await;
+    let (paused_user, paused_url) = writer_user(&stack, &outbox).await;
+    let (other_user, other_url) = writer_user(&stack, &outbox).await;
+    // The leader's SENT write-backs wait 3 s (a slow primary), so it is paused with
+    // write-backs pending, which it tries as soon as it resumes.
+    let mut paused = RelayProcess::start(
+        &stack,
+        &RelayOptions::new(outbox.name())
+            .env("OUTBOX_RELAY__PRIMARY__URL", paused_url)
+            .env("OUTBOX_RELAY_FAULT_SENT_WRITE_DELAY_MS", 3_000),
+    );
+    paused.wait_ready().await;
+    // Rows the paused leader sent but could not mark SENT are swept again by the new one.
+    let mut other = RelayProcess::start(
+        &stack,
+        &RelayOptions::new(outbox.name())
+            .env("OUTBOX_RELAY__PRIMARY__URL", other_url)
+            .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 1_000)
+            .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 1_000),
+    );
+    other.wait_role("standby", Duration::from_secs(60)).await;
+    let load = Load::started(&outbox, &events, 10, 40).await;
+
+    signal(&paused, "STOP");
+    new_leader(&[&other], LEASE + Duration::from_secs(10)).await;
+    sent_grows(&outbox, 40).await;
+    let mut conn = outbox.pool.get_conn().await.expect("conn");
+    let resumed_at: String = conn.query_first("SELECT NOW(6)").await.expect("now").expect("a time");
+    signal(&paused, "CONT");
+    paused.wait_role("standby", Duration::from_secs(20)).await;
+    assert_eq!(paused.metric("relay_leader"), 0.0, "the resumed instance stepped down");
+    sent_grows(&outbox, 20).await;
+    let written = load.finish().await;
+    all_sent(&outbox, written, Duration::from_secs(60)).await;
+
+    let count = |who: String, since: Option<String>| {
+        let sql = format!("SELECT COUNT(*) FROM {writes} WHERE who LIKE ? AND at >= COALESCE(?, '1970-01-02')");
+        let pool = outbox.pool.clone();
+        async move {
+            let n: Option<u64> =
+                pool.get_conn().await.expect("conn").exec_first(sql, (format!("{who}@%"), since)).await.expect("count");
+            n.unwrap_or_default()
+        }
+    };
+    assert!(count(paused_user.clone(), None).await > 0, "the paused leader's writes before the pause are seen");
+    assert!(count(other_user.clone(), Some(resumed_at.clone())).await > 0, "the new leader's writes are seen");
+    let late = count(paused_user.clone(), Some(resumed_at.clone())).await;
+    let late_rows: Vec<(String, String)> = conn
+        .exec(
+            format!("SELECT what, CAST(at AS CHAR) FROM {writes} WHERE who LIKE ? AND at >= ? LIMIT 5"),
+            (format!("{paused_user}@%"), &resumed_at),
+        )
+        .await
+        .expect("late writes");
+    assert_eq!(
+        late,
+        0,
+        "the deposed leader wrote {late} times after it resumed, e.g. {late_rows:?}\n{}",
+        paused.log_text()
+    );
+
+    outbox.exec(&format!("DROP TRIGGER app.`{on_mirror}`")).await;
+    outbox.exec(&format!("DROP TRIGGER app.`{on_rows}`")).await;
+    assert_eq!(other.stop(), Some(0));
+    assert_eq!(paused.stop(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_releases_the_lease_and_a_standby_publishes_within_two_seconds() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "handover").await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("handover_consumer")).await;
+    let mut leader = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
+    leader.wait_ready().await;
+    let mut standby = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
+    standby.wait_role("standby", Duration::from_secs(60)).await;
+    let load = Load::started(&outbox, &events, 20, 60).await;
+    let term = leader.metric("relay_leader_term") as u64;
+
+    let stopping = Instant::now();
+    assert_eq!(leader.stop(), Some(0));
+    let exited = Instant::now();
+    assert!(exited - stopping < Duration::from_secs(10), "stopped within the drain timeout: {:?}", exited - stopping);
+    assert_eq!(outbox.count_status(RowStatus::Sending).await, 0, "no claimed row left behind");
+    let (_, lease_term, remaining_ms) = lease_row(&outbox).await;
+    assert!(
+        (lease_term == term && remaining_ms < 0) || lease_term == term + 1,
+        "the lease was released (term {term}; now term {lease_term}, {remaining_ms} ms left)"
+    );
+    eventually("the standby's first SEND_OK", Duration::from_secs(2), || async {
+        (standby.metric("relay_events_sent_total") > 0.0).then_some(())
+    })
+    .await;
+    println!("the standby published {:.2} s after the leader exited", exited.elapsed().as_secs_f64());
+    sent_grows(&outbox, 40).await;
+    let written = load.finish().await;
+    all_sent(&outbox, written, Duration::from_secs(60)).await;
+    consumed_all(&collector, &events, written, Duration::from_secs(120)).await;
+    assert_eq!(standby.stop(), Some(0));
+    collector.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_switched_from_the_replica_to_the_primary_resumes_by_gtid_without_a_sweep() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "switch").await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("switch_consumer")).await;
+    let on_replica = RelayOptions::new(outbox.name());
+    let mut relay = RelayProcess::start(&stack, &on_replica);
+    relay.wait_ready().await;
+    for start in [0, 10, 20] {
+        outbox.insert_tx(&events.rows("k", start..start + 10)).await;
+    }
+    all_sent(&outbox, 30, Duration::from_secs(60)).await;
+    assert_eq!(relay.stop(), Some(0));
+
+    // Written while no relay runs; then the relay comes back tailing the primary.
+    for start in [30, 40, 50] {
+        outbox.insert_tx(&events.rows("k", start..start + 10)).await;
+    }
+    let on_primary = on_replica.clone().env("OUTBOX_RELAY__SOURCE__URL", &stack.primary_repl_url);
+    let mut relay = RelayProcess::start(&stack, &on_primary);
+    relay.wait_ready().await;
+    all_sent(&outbox, 60, Duration::from_secs(60)).await;
+    outbox.insert_tx(&events.rows("k", 60..70)).await;
+    all_sent(&outbox, 70, Duration::from_secs(60)).await;
+    assert_eq!(relay.metric("relay_full_sweeps_total"), 0.0, "resumed by GTID, no full sweep");
+    assert_eq!(relay.metric("relay_binlog_position_lost_total"), 0.0);
+    let deliveries = consumed_all(&collector, &events, 70, Duration::from_secs(60)).await;
+    let mut sends: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for d in &deliveries {
+        sends.entry(d.event_id.as_str()).or_default().insert(d.msg_id.as_str());
+    }
+    let twice: Vec<&&str> = sends.iter().filter(|(_, ids)| ids.len() > 1).map(|(id, _)| id).collect();
+    assert!(twice.is_empty(), "after a clean stop nothing is sent twice: {twice:?}");
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
+
+/// A MariaDB replica of the stack's primary in a scratch directory, for a setting
+/// the stack's own replica must not have.
+struct ScratchReplica {
+    server: std::process::Child,
+    dir: std::path::PathBuf,
+    port: u16,
+}
+
+impl ScratchReplica {
+    async fn start(stack: &Stack, options: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(unique("scratch-replica"));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        let install = Command::new("mariadb-install-db")
+            .args(["--no-defaults", "--user=root", "--auth-root-authentication-method=normal", "--skip-test-db"])
+            .arg(format!("--datadir={}", dir.join("data").display()))
+            .output()
+            .expect("mariadb-install-db");
+        assert!(install.status.success(), "mariadb-install-db: {}", String::from_utf8_lossy(&install.stderr));
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+        let server = Command::new("mariadbd")
+            .args(["--no-defaults", "--user=root", "--bind-address=127.0.0.1", "--binlog-format=ROW"])
+            .arg(format!("--datadir={}", dir.join("data").display()))
+            .arg(format!("--socket={}", dir.join("sock").display()))
+            .arg(format!("--port={port}"))
+            .arg(format!("--log-bin={}", dir.join("bin").display()))
+            .arg(format!("--server-id={}", 50_000 + port as u32))
+            .args(options)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("mariadbd");
+        let replica = Self { server, dir, port };
+        let pool = mysql_async::Pool::new(replica.root_url().as_str());
+        let mut conn = eventually("the scratch replica to accept connections", Duration::from_secs(60), || async {
+            pool.get_conn().await.ok()
+        })
+        .await;
+        // Replicates from the primary's current GTID on: what came before is not needed.
+        let primary_at: String = stack
+            .root_pool()
+            .await
+            .get_conn()
+            .await
+            .expect("primary")
+            .query_first("SELECT @@gtid_binlog_pos")
+            .await
+            .expect("gtid")
+            .unwrap_or_default();
+        let port_of_primary = stack.root_url.rsplit_once(':').and_then(|(_, p)| p.split('/').next()).unwrap_or("13306");
+        for sql in [
+            format!("SET GLOBAL gtid_slave_pos = '{primary_at}'"),
+            format!(
+                "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={port_of_primary}, MASTER_USER='stack_replica', \
+                 MASTER_PASSWORD='replica-secret', MASTER_USE_GTID=slave_pos"
+            ),
+            "START SLAVE".to_owned(),
+        ] {
+            conn.query_drop(&sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+        drop(conn);
+        pool.disconnect().await.ok();
+        replica
+    }
+
+    fn root_url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for ScratchReplica {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_does_not_log_what_it_replicates_is_refused_with_the_fix() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let replica = ScratchReplica::start(&stack, &["--log-slave-updates=OFF", "--read-only=ON"]).await;
+    let options = RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__SOURCE__URL", replica.root_url());
+    let mut relay = RelayProcess::start(&stack, &options);
+    let code = relay.wait_exit(Duration::from_secs(60)).await;
+    let log = relay.log_text();
+    assert_eq!(code, Some(4), "an environment error: {log}");
+    assert!(log.contains("log_slave_updates") && log.contains("set log_slave_updates = ON"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_relays_with_one_server_id_get_a_clear_error_not_repeated_sweeps() {
+    let stack = Stack::from_env();
+    let (first_table, second_table) = (TestOutbox::create(&stack).await, TestOutbox::create(&stack).await);
+    let server_id = 900_000 + (uuid::Uuid::now_v7().as_u128() % 90_000) as u32;
+    let clash =
+        |outbox: &TestOutbox| RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__SOURCE__SERVER_ID", server_id);
+    let mut first = RelayProcess::start(&stack, &clash(&first_table));
+    first.wait_ready().await;
+    let second = RelayProcess::start(&stack, &clash(&second_table));
+    let body = eventually("/readyz of one of them to name the server_id clash", Duration::from_secs(60), || async {
+        [&first, &second]
+            .into_iter()
+            .filter_map(RelayProcess::readyz)
+            .find(|b| b.contains("server_id") && b.contains("503"))
+    })
+    .await;
+    assert!(body.contains(&server_id.to_string()) && body.contains("unique"), "the clash and the fix: {body}");
+    for relay in [&first, &second] {
+        assert_eq!(relay.metric("relay_binlog_position_lost_total"), 0.0, "not taken for a lost position");
+        assert!(relay.metric("relay_full_sweeps_total") <= 1.0, "only the first start's sweep");
+    }
+}
