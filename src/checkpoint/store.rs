@@ -5,10 +5,13 @@ use std::path::{Path, PathBuf};
 use rocksdb::{Options, WriteBatch, WriteOptions, DB};
 
 use super::Checkpoint;
+use crate::source::binlog::GtidState;
 
 const KEY_CHECKPOINT: &[u8] = b"checkpoint";
 const KEY_FORMAT: &[u8] = b"format";
-const FORMAT_VERSION: &[u8] = b"1";
+const FORMAT_VERSION: &[u8] = b"2";
+/// Format 1 kept only the last MySQL GTID, not the executed set a resume needs.
+const FORMAT_LAST_GTID_ONLY: &[u8] = b"1";
 
 /// Why the checkpoint could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -47,15 +50,17 @@ impl CheckpointStore {
     /// The saved checkpoint, or `None` on a fresh store.
     pub fn load(&self) -> Result<Option<Checkpoint>, CheckpointError> {
         let corrupt = |detail: String| CheckpointError::Corrupt { path: self.path.clone(), detail };
-        if let Some(format) = self.db.get(KEY_FORMAT).map_err(|e| corrupt(e.to_string()))? {
-            if format != FORMAT_VERSION {
-                return Err(corrupt(format!("unknown format version {:?}", String::from_utf8_lossy(&format))));
-            }
+        let format = self.db.get(KEY_FORMAT).map_err(|e| corrupt(e.to_string()))?;
+        if let Some(format) = format.as_deref().filter(|f| ![FORMAT_VERSION, FORMAT_LAST_GTID_ONLY].contains(f)) {
+            return Err(corrupt(format!("unknown format version {:?}", String::from_utf8_lossy(format))));
         }
-        match self.db.get(KEY_CHECKPOINT).map_err(|e| corrupt(e.to_string()))? {
-            None => Ok(None),
-            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| corrupt(e.to_string())),
+        let Some(bytes) = self.db.get(KEY_CHECKPOINT).map_err(|e| corrupt(e.to_string()))? else { return Ok(None) };
+        let mut checkpoint: Checkpoint = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        if format.as_deref() == Some(FORMAT_LAST_GTID_ONLY) {
+            // Its MySQL GTID is one transaction, not a set to resume from: file and position only.
+            checkpoint.position.gtid.take_if(|g| !GtidState::parse(g).is_mariadb());
         }
+        Ok(Some(checkpoint))
     }
 
     /// Saves `checkpoint` in one synced write batch (position and metadata together).
@@ -105,6 +110,21 @@ mod tests {
         }
         let store = CheckpointStore::open(&dir).expect("reopen");
         assert_eq!(store.load().expect("load"), Some(sample()));
+        drop(store);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_format_1_mysql_gtid_is_not_taken_for_a_set() {
+        let dir = temp_dir();
+        let store = CheckpointStore::open(&dir).expect("open");
+        let mut old = sample();
+        old.position.gtid = Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:23".into());
+        store.db.put(KEY_FORMAT, FORMAT_LAST_GTID_ONLY).expect("put");
+        store.db.put(KEY_CHECKPOINT, serde_json::to_vec(&old).expect("json")).expect("put");
+        assert_eq!(store.load().expect("load").expect("a checkpoint").position.gtid, None);
+        store.db.put(KEY_CHECKPOINT, serde_json::to_vec(&sample()).expect("json")).expect("put");
+        assert_eq!(store.load().expect("load"), Some(sample()), "a MariaDB GTID list is kept");
         drop(store);
         std::fs::remove_dir_all(&dir).ok();
     }

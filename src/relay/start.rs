@@ -6,9 +6,10 @@
 //!   primary (a standby that takes over on another host has only the mirror). Newer
 //!   is decided by GTID where the server has them, else by file and position of the
 //!   same server; when they cannot be compared the mirror wins (the last leader wrote it).
-//! - A checkpoint of the same source, or (MariaDB) one with a GTID: resume there. A
-//!   GTID holds on every server of the replication topology, so a new `source.url`
-//!   (another replica, or the primary) resumes without a sweep.
+//! - A checkpoint of the same source, or one with a GTID position (MariaDB GTID list,
+//!   MySQL executed set): resume there. A GTID position holds on every server of the
+//!   replication topology, so a new `source.url` (another replica, or the primary)
+//!   resumes without a sweep.
 //! - No checkpoint (first start, or the RocksDB directory was deleted and no mirror):
 //!   record the current position first, then sweep every PENDING row, then tail from it.
 //! - A checkpoint of another server without a GTID: the position means nothing
@@ -102,10 +103,13 @@ impl BinlogSource {
         Ok(BinlogStart { checkpoint, start })
     }
 
-    /// MariaDB resumes by GTID on any server that has the transactions.
+    /// A GTID position of the server's family resumes on any server that has the transactions.
     fn resumes_by_gtid(&self, saved: &Checkpoint) -> bool {
-        self.server.flavor == Flavor::MariaDb
-            && saved.position.gtid.as_deref().map(GtidState::parse).is_some_and(|g| g.is_mariadb())
+        let gtid = saved.position.gtid.as_deref().map(GtidState::parse).unwrap_or_default();
+        match self.server.flavor {
+            Flavor::MariaDb => gtid.is_mariadb(),
+            Flavor::MySql => gtid.is_mysql(),
+        }
     }
 
     /// A new checkpoint at the source's current binlog position.
@@ -141,7 +145,7 @@ fn newer_or_same(a: Option<&Checkpoint>, b: Option<&Checkpoint>) -> bool {
     };
     let (ga, gb) = (a.position.gtid.as_deref().map(GtidState::parse), b.position.gtid.as_deref().map(GtidState::parse));
     if let (Some(ga), Some(gb)) = (&ga, &gb) {
-        if ga.is_mariadb() && gb.is_mariadb() {
+        if (ga.is_mariadb() && gb.is_mariadb()) || (ga.is_mysql() && gb.is_mysql()) {
             return ga.covers(gb);
         }
     }

@@ -574,16 +574,24 @@ mod tests {
     }
 
     #[test]
-    fn mysql_gtids_are_tracked_as_uuid_and_number() {
-        let mut decoder = decoder("test", "none", "binlog.000001", NO_PARTS);
+    fn mysql_gtids_grow_the_executed_set_transaction_by_transaction() {
+        // Started where the server had executed transactions of another source.
+        let start = BinlogPosition {
+            file: "binlog.000001".into(),
+            pos: 4,
+            gtid: Some("00000000-0000-0000-0000-000000000001:1-5".into()),
+            commit_time: None,
+        };
+        let mut decoder = Decoder::new("test", "none", &start, NO_PARTS);
         let commits = decode_all(&shared("binlog_transaction_with_GTID.000001"), &mut decoder, None);
-        let gtid = commits
-            .last()
-            .and_then(|tx| tx.end().expect("a binlog transaction").gtid.clone())
-            .expect("a GTID after the last transaction");
-        let (uuid, number) = gtid.split_once(':').expect("uuid:number");
-        assert_eq!(uuid.len(), 36, "{gtid}");
-        assert!(number.parse::<u64>().is_ok(), "{gtid}");
+        let gtids: Vec<String> = commits.iter().filter_map(|tx| tx.end().and_then(|end| end.gtid.clone())).collect();
+        assert_eq!(
+            gtids.last().map(String::as_str),
+            Some("00000000-0000-0000-0000-000000000001:1-5,006c2cf2-b1ea-11e4-9057-8c705a3d3e78:1-3"),
+            "{gtids:?}"
+        );
+        let sets: Vec<GtidState> = gtids.iter().map(|g| GtidState::parse(g)).collect();
+        assert!(sets.windows(2).all(|w| w[1].covers(&w[0])), "each set includes the one before: {gtids:?}");
     }
 
     #[test]

@@ -1,63 +1,129 @@
 //! The GTID position after the last transaction read, stored with the checkpoint.
 //!
 //! MariaDB: one `domain-server-seq` per replication domain, the format of
-//! `@@gtid_binlog_pos` and `@slave_connect_state`. MySQL: the last transaction's
-//! `uuid:gno`, kept for operators (the relay resumes MySQL by file and position).
+//! `@@gtid_binlog_pos` and `@slave_connect_state`. MySQL: the executed GTID set
+//! (`uuid:1-100:105,uuid2:1-7`, the format of `@@gtid_executed`), grown by each
+//! transaction's GTID, which `COM_BINLOG_DUMP_GTID` resumes from. Either way the
+//! position means the same on every server of the replication topology, so the relay
+//! can resume on another replica or the primary.
 
 use std::collections::BTreeMap;
 
+use mysql_async::{GnoInterval, Sid};
+
 use super::mariadb::MariaGtid;
+
+/// A MySQL server uuid.
+type Uuid = [u8; 16];
 
 /// GTID state as transactions are read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GtidState {
     mariadb: BTreeMap<u32, (u32, u64)>,
-    mysql_last: Option<String>,
+    /// Per source uuid, the executed transaction numbers as sorted, disjoint,
+    /// half-open intervals `[start, end)`.
+    mysql: BTreeMap<Uuid, Vec<(u64, u64)>>,
 }
 
 impl GtidState {
-    /// Parses a MariaDB GTID list (`0-1-100,1-2-7`) or a MySQL GTID; empty gives the empty state.
+    /// Parses a MariaDB GTID list (`0-1-100,1-2-7`) or a MySQL GTID set
+    /// (`uuid:1-5:7,uuid:1-3`); what it cannot read is left out; empty gives the empty state.
     pub fn parse(text: &str) -> Self {
         let mut state = Self::default();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let numbers: Vec<&str> = part.split('-').collect();
             match numbers.as_slice() {
-                [d, s, n] => {
+                [d, s, n] if [d, s, n].iter().all(|x| x.bytes().all(|b| b.is_ascii_digit())) => {
                     if let (Ok(d), Ok(s), Ok(n)) = (d.parse(), s.parse(), n.parse()) {
                         state.mariadb.insert(d, (s, n));
                     }
                 }
-                _ => state.mysql_last = Some(part.to_owned()),
+                _ => state.parse_mysql(part),
             }
         }
         state
+    }
+
+    /// One `uuid:interval[:interval...]` of a MySQL set (inclusive `a-b` or single `a`).
+    fn parse_mysql(&mut self, part: &str) {
+        let mut pieces = part.split(':');
+        let Some(uuid) = pieces.next().and_then(|u| uuid::Uuid::parse_str(u.trim()).ok()) else { return };
+        for interval in pieces {
+            let bounds: Option<(u64, u64)> = match interval.split_once('-') {
+                Some((a, b)) => a.trim().parse().ok().zip(b.trim().parse().ok()),
+                None => interval.trim().parse().ok().map(|a| (a, a)),
+            };
+            if let Some((first, last)) = bounds.filter(|(a, b)| a <= b) {
+                self.add_mysql(*uuid.as_bytes(), first, last + 1);
+            }
+        }
     }
 
     pub fn set_mariadb(&mut self, gtid: MariaGtid) {
         self.mariadb.insert(gtid.domain, (gtid.server, gtid.seq));
     }
 
-    pub fn set_mysql(&mut self, sid: [u8; 16], gno: u64) {
-        let hex: String = sid.iter().map(|b| format!("{b:02x}")).collect();
-        let uuid = format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]);
-        self.mysql_last = Some(format!("{uuid}:{gno}"));
+    /// Adds the MySQL transaction `sid:gno` to the executed set. Without a set to
+    /// start from (a position saved by file and number only) nothing is tracked: the
+    /// transactions seen since would make a set that claims the history before them
+    /// unexecuted, and a resume from it would send all of it again.
+    pub fn set_mysql(&mut self, sid: Uuid, gno: u64) {
+        if self.is_mysql() {
+            self.add_mysql(sid, gno, gno + 1);
+        }
     }
 
-    /// Whether this state includes every transaction `other` names: for MariaDB, each
-    /// of `other`'s domains at the same or a later sequence number. MySQL states keep
-    /// only the last GTID and cannot be compared.
+    /// Adds `[start, end)` of `uuid`, merging touching and overlapping intervals.
+    fn add_mysql(&mut self, uuid: Uuid, start: u64, end: u64) {
+        let intervals = self.mysql.entry(uuid).or_default();
+        intervals.push((start, end));
+        intervals.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(intervals.len());
+        for &(s, e) in intervals.iter() {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        *intervals = merged;
+    }
+
+    /// Whether this state includes every transaction `other` names: MariaDB, each of
+    /// `other`'s domains at the same or a later sequence number; MySQL, every
+    /// transaction of `other`'s set. States of different families never cover each other.
     pub fn covers(&self, other: &GtidState) -> bool {
-        !self.mariadb.is_empty()
-            && other.mysql_last.is_none()
-            && other
+        if self.is_mariadb() && other.mysql.is_empty() {
+            return other
                 .mariadb
                 .iter()
-                .all(|(domain, (_, seq))| self.mariadb.get(domain).is_some_and(|(_, mine)| mine >= seq))
+                .all(|(domain, (_, seq))| self.mariadb.get(domain).is_some_and(|(_, mine)| mine >= seq));
+        }
+        self.is_mysql()
+            && other.mariadb.is_empty()
+            && other.mysql.iter().all(|(uuid, theirs)| {
+                let mine = self.mysql.get(uuid).map(Vec::as_slice).unwrap_or_default();
+                theirs.iter().all(|&(s, e)| mine.iter().any(|&(ms, me)| ms <= s && e <= me))
+            })
     }
 
     /// Whether this is a MariaDB GTID position a reader can connect with.
     pub fn is_mariadb(&self) -> bool {
         !self.mariadb.is_empty()
+    }
+
+    /// Whether this is a MySQL executed set a reader can connect with.
+    pub fn is_mysql(&self) -> bool {
+        !self.mysql.is_empty()
+    }
+
+    /// The MySQL set as `COM_BINLOG_DUMP_GTID` takes it.
+    pub fn mysql_sids(&self) -> Vec<Sid<'static>> {
+        self.mysql
+            .iter()
+            .map(|(uuid, intervals)| {
+                Sid::new(*uuid).with_intervals(intervals.iter().map(|&(s, e)| GnoInterval::new(s, e)).collect())
+            })
+            .collect()
     }
 
     /// The state as text, or `None` when the server has no GTIDs.
@@ -66,13 +132,31 @@ impl GtidState {
             let parts: Vec<String> = self.mariadb.iter().map(|(d, (s, n))| format!("{d}-{s}-{n}")).collect();
             return Some(parts.join(","));
         }
-        self.mysql_last.clone()
+        if self.mysql.is_empty() {
+            return None;
+        }
+        let sets: Vec<String> = self
+            .mysql
+            .iter()
+            .map(|(uuid, intervals)| {
+                let ranges =
+                    intervals.iter().map(|&(s, e)| if e == s + 1 { s.to_string() } else { format!("{s}-{}", e - 1) });
+                std::iter::once(uuid::Uuid::from_bytes(*uuid).hyphenated().to_string())
+                    .chain(ranges)
+                    .collect::<Vec<_>>()
+                    .join(":")
+            })
+            .collect();
+        Some(sets.join(","))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const SID: [u8; 16] =
+        [0x3e, 0x11, 0xfa, 0x47, 0x71, 0xca, 0x11, 0xe1, 0x9e, 0x33, 0xc8, 0x0a, 0xa9, 0x42, 0x95, 0x62];
 
     #[test]
     fn mariadb_state_round_trips_and_updates_per_domain() {
@@ -89,16 +173,37 @@ mod tests {
         assert!(later.covers(&GtidState::parse("0-3-100")), "the server id of a GTID does not order it");
         assert!(!later.covers(&GtidState::parse("0-1-101")));
         assert!(!later.covers(&GtidState::parse("2-1-1")), "a domain it has not seen");
-        assert!(!GtidState::parse("uuid:5").covers(&GtidState::parse("uuid:4")), "MySQL: not comparable");
+        assert!(!later.covers(&GtidState::parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:1")), "another family");
     }
 
     #[test]
-    fn mysql_gtid_renders_as_uuid_and_number() {
-        let mut state = GtidState::default();
-        state.set_mysql(
-            [0x3e, 0x11, 0xfa, 0x47, 0x71, 0xca, 0x11, 0xe1, 0x9e, 0x33, 0xc8, 0x0a, 0xa9, 0x42, 0x95, 0x62],
-            23,
+    fn a_mysql_set_grows_by_each_transaction_and_renders_like_gtid_executed() {
+        let mut unknown_start = GtidState::default();
+        unknown_start.set_mysql(SID, 6);
+        assert_eq!(unknown_start.render(), None, "no set to grow: nothing is claimed");
+        let mut state =
+            GtidState::parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:7,\n 00000000-0000-0000-0000-000000000001:1-3");
+        state.set_mysql(SID, 6);
+        state.set_mysql(SID, 8);
+        assert_eq!(
+            state.render().as_deref(),
+            Some("00000000-0000-0000-0000-000000000001:1-3,3e11fa47-71ca-11e1-9e33-c80aa9429562:1-8")
         );
-        assert_eq!(state.render().as_deref(), Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:23"));
+        let sids = state.mysql_sids();
+        assert_eq!(sids.len(), 2);
+        assert_eq!(
+            sids[1].intervals().iter().map(|i| (i.start(), i.end())).collect::<Vec<_>>(),
+            [(1, 9)],
+            "half-open on the wire"
+        );
+    }
+
+    #[test]
+    fn a_mysql_set_covers_another_when_it_holds_each_of_its_transactions() {
+        let executed = GtidState::parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-100");
+        assert!(executed.covers(&GtidState::parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-40:50")));
+        assert!(!executed.covers(&GtidState::parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-101")));
+        assert!(!executed.covers(&GtidState::parse("00000000-0000-0000-0000-000000000001:1")));
+        assert!(!executed.covers(&GtidState::parse("0-1-5")), "another family");
     }
 }

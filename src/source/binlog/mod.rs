@@ -349,9 +349,15 @@ impl Reader {
                 .map_err(|e| Retry::Again(e.to_string()))?;
             }
         }
-        let request = BinlogStreamRequest::new(self.settings.server_id)
-            .with_filename(position.file.as_bytes())
-            .with_pos(position.pos);
+        let request = BinlogStreamRequest::new(self.settings.server_id);
+        let gtid = position.gtid.as_deref().map(GtidState::parse).unwrap_or_default();
+        // MySQL resumes by its executed GTID set where the checkpoint has one (the
+        // server then sends what the set lacks, on any server of the topology).
+        let request = if self.settings.flavor == Flavor::MySql && gtid.is_mysql() {
+            request.with_gtid().with_gtid_set(gtid.mysql_sids()).with_pos(4)
+        } else {
+            request.with_filename(position.file.as_bytes()).with_pos(position.pos)
+        };
         conn.get_binlog_stream(request).await.map_err(|e| self.stream_error(e))
     }
 

@@ -169,7 +169,9 @@ pub async fn current_position(
         Flavor::MariaDb => {
             text_row(conn, address, "SELECT @@gtid_binlog_pos").await?.into_iter().next().filter(|g| !g.is_empty())
         }
-        Flavor::MySql => None,
+        // Executed_Gtid_Set, read in the same row as the file and position (empty
+        // with gtid_mode OFF).
+        Flavor::MySql => status.get(4).filter(|g| !g.trim().is_empty()).map(|g| g.replace(['\n', ' '], "")),
     };
     Ok(BinlogPosition { file, pos, gtid, commit_time: None })
 }
