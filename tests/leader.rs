@@ -23,7 +23,7 @@ use outbox_kit::consumer::Delivery;
 use outbox_kit::RowStatus;
 
 /// The lease the tests' relays hold (`leader.lease_ms` in `RelayOptions`).
-const LEASE: Duration = Duration::from_secs(5);
+const LEASE: Duration = Duration::from_secs(8);
 
 /// The lease row of `outbox`'s fleet: (holder, term, milliseconds it still runs).
 async fn lease_row(outbox: &TestOutbox) -> (String, u64, i64) {
@@ -70,6 +70,50 @@ fn term_spans(deliveries: &[Delivery]) -> BTreeMap<u64, (i64, i64)> {
     spans
 }
 
+/// How late the watch may first see a new term (its polling period, and then some).
+const SAMPLING_SLACK_MS: i64 = 500;
+
+/// Polls the lease row while a test runs: per term, when it was first seen held (Unix
+/// ms) and the latest `lease_until` it was granted, both on the database's clock.
+struct LeaseWatch {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<BTreeMap<u64, (i64, i64)>>,
+}
+
+impl LeaseWatch {
+    fn start(outbox: &TestOutbox) -> Self {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let (pool, name) = (outbox.pool.clone(), format!("app.{}", outbox.name()));
+        let task = tokio::spawn(async move {
+            let mut held: BTreeMap<u64, (i64, i64)> = BTreeMap::new();
+            while !*stopped.borrow() {
+                let mut conn = pool.get_conn().await.expect("conn");
+                let row: Option<(u64, i64, i64)> = conn
+                    .exec_first(
+                        "SELECT term, CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED), CAST(UNIX_TIMESTAMP(lease_until) * 1000 AS SIGNED) \
+                         FROM app.outbox_relay_lease WHERE name = ?",
+                        (&name,),
+                    )
+                    .await
+                    .expect("lease row");
+                if let Some((term, now, until)) = row.filter(|(_, now, until)| until > now) {
+                    let span = held.entry(term).or_insert((now, until));
+                    span.1 = span.1.max(until);
+                }
+                drop(conn);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            held
+        });
+        Self { stop, task }
+    }
+
+    async fn finish(self) -> BTreeMap<u64, (i64, i64)> {
+        self.stop.send(true).expect("stop the lease watch");
+        self.task.await.expect("lease watch")
+    }
+}
+
 fn signal(relay: &RelayProcess, name: &str) {
     let status = Command::new("kill").args([format!("-{name}"), relay.pid().to_string()]).status().expect("kill");
     assert!(status.success(), "kill -{name} {}", relay.pid());
@@ -89,6 +133,7 @@ async fn three_instances_publish_one_term_at_a_time_under_load_and_lose_nothing(
     b.wait_role("standby", Duration::from_secs(60)).await;
     c.wait_role("standby", Duration::from_secs(60)).await;
     assert_eq!((b.metric("relay_leader"), c.metric("relay_leader")), (0.0, 0.0), "standbys do not publish");
+    let leases = LeaseWatch::start(&outbox);
     let load = Load::started(&outbox, &events, 20, 60).await;
 
     // The leader dies: one standby takes over; then it hands over cleanly to the last.
@@ -115,6 +160,19 @@ async fn three_instances_publish_one_term_at_a_time_under_load_and_lose_nothing(
     }
     let (_, lease_term, _) = lease_row(&outbox).await;
     assert_eq!(Some(lease_term), ordered.last().map(|t| t.0), "the lease table names the last publisher's term");
+    // Every message was stored while the lease table gave its term the lease.
+    let held = leases.finish().await;
+    for d in deliveries.iter().filter(|d| d.reconsume_times == 0) {
+        let term = d.relay_term.unwrap_or_default();
+        let (from, until) =
+            held.get(&term).copied().unwrap_or_else(|| panic!("term {term} never held the lease: {held:?}"));
+        assert!(
+            from - SAMPLING_SLACK_MS <= d.store_timestamp && d.store_timestamp <= until,
+            "{} of term {term} stored at {} outside its lease {from}..{until}",
+            d.event_id,
+            d.store_timestamp
+        );
+    }
     assert_eq!(third.metric("relay_leader_term"), lease_term as f64);
     assert_eq!(third.stop(), Some(0));
     collector.shutdown().await;
@@ -137,7 +195,8 @@ async fn a_killed_leaders_standby_takes_over_within_the_lease_from_the_mirror_wi
     leader.kill();
     let killed = Instant::now();
     outbox.insert_tx(&events.rows("k", 50..60)).await;
-    eventually("the rows written after the kill SENT by the standby", LEASE + Duration::from_secs(5), || async {
+    let deadline = (LEASE + Duration::from_secs(5)).saturating_sub(killed.elapsed());
+    eventually("the rows written after the kill SENT by the standby", deadline, || async {
         (outbox.count_status(RowStatus::Sent).await == 60).then_some(())
     })
     .await;
@@ -436,4 +495,33 @@ async fn two_relays_with_one_server_id_get_a_clear_error_not_repeated_sweeps() {
         assert_eq!(relay.metric("relay_binlog_position_lost_total"), 0.0, "not taken for a lost position");
         assert!(relay.metric("relay_full_sweeps_total") <= 1.0, "only the first start's sweep");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_during_the_drain_exits_at_once_and_a_restart_loses_nothing() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "twice").await;
+    // Lanes wait a minute to fill a batch, so the drain after a SIGTERM has to wait.
+    let lingering = RelayOptions::new(outbox.name())
+        .env("OUTBOX_RELAY__LANES__LINGER_MS", 60_000)
+        .env("OUTBOX_RELAY__LANES__BATCH_SIZE", 1_000);
+    let mut relay = RelayProcess::start(&stack, &lingering);
+    relay.wait_ready().await;
+    outbox.insert_tx(&events.rows("k", 0..10)).await;
+    eventually("the transaction in flight", Duration::from_secs(30), || async {
+        (relay.metric("relay_in_flight_transactions") >= 1.0).then_some(())
+    })
+    .await;
+    signal(&relay, "TERM");
+    let body = relay.wait_readiness(false, Duration::from_secs(5)).await;
+    assert!(body.contains("stopping"), "draining: {body}");
+    signal(&relay, "TERM");
+    assert_eq!(relay.wait_exit(Duration::from_secs(3)).await, Some(6), "the second signal exits at once");
+    assert_eq!(outbox.count_status(RowStatus::Sent).await, 0, "nothing was sent before the exit");
+
+    let mut restarted = RelayProcess::start(&stack, &lingering.clone().env("OUTBOX_RELAY__LANES__LINGER_MS", 1));
+    restarted.wait_ready().await;
+    all_sent(&outbox, 10, Duration::from_secs(60)).await;
+    assert_eq!(restarted.stop(), Some(0));
 }

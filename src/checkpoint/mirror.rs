@@ -1,6 +1,7 @@
 //! A copy of the checkpoint in the primary's `outbox_relay_checkpoint` table.
 //!
-//! RocksDB is each instance's own truth (local and synced); the mirror is the fleet's:
+//! RocksDB is each instance's own truth (local and synced); the mirror is the fleet's
+//! (and shows an operator where the binlog path stands without that disk):
 //! a standby that becomes leader on another host, without that disk, starts from it.
 //! The checkpoint writer writes it after each local checkpoint, in order, best
 //! effort: a failed mirror write is logged and the next checkpoint writes it again.
@@ -41,7 +42,7 @@ impl Mirror {
                  ON DUPLICATE KEY UPDATE binlog_file = VALUES(binlog_file), binlog_pos = VALUES(binlog_pos), \
                  gtid = VALUES(gtid), server_uuid = VALUES(server_uuid), term = VALUES(term), checkpoint = VALUES(checkpoint)",
                 self.outbox.schema,
-                self.fence.from()
+                self.fence.select_from()
             ),
             (
                 self.source_id(),
@@ -55,24 +56,24 @@ impl Mirror {
         .await
     }
 
-    /// The mirrored checkpoint and the term that wrote it, if there is one the relay can read.
-    pub async fn load(&self) -> Result<Option<(Checkpoint, u64)>, mysql_async::Error> {
+    /// The mirrored checkpoint, if there is one the relay can read.
+    pub async fn load(&self) -> Result<Option<Checkpoint>, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
-        let row: Option<(Option<String>, u64)> = conn
+        let whole: Option<Option<String>> = conn
             .exec_first(
                 format!(
-                    "SELECT checkpoint, term FROM `{}`.`outbox_relay_checkpoint` WHERE source_id = ?",
+                    "SELECT checkpoint FROM `{}`.`outbox_relay_checkpoint` WHERE source_id = ?",
                     self.outbox.schema
                 ),
                 (self.source_id(),),
             )
             .await?;
-        Ok(row.and_then(|(whole, term)| {
-            let parsed = serde_json::from_str(whole.as_deref()?);
-            if let Err(error) = &parsed {
+        Ok(whole.flatten().and_then(|whole| match serde_json::from_str(&whole) {
+            Ok(checkpoint) => Some(checkpoint),
+            Err(error) => {
                 tracing::warn!(%error, "the checkpoint mirror row cannot be read; ignoring it");
+                None
             }
-            parsed.ok().map(|checkpoint| (checkpoint, term))
         }))
     }
 }

@@ -37,9 +37,10 @@ pub(crate) struct CheckpointWriter {
     requests: mpsc::UnboundedSender<SaveRequest>,
 }
 
-/// The checkpoint could not be made durable: the writer has stopped.
+/// The checkpoint could not be made durable: the writer has stopped (after a RocksDB
+/// write error, logged before) or refused it because the leader term is over.
 #[derive(Debug, thiserror::Error)]
-#[error("the checkpoint writer has stopped (see the error before this one)")]
+#[error("the checkpoint was not written: the checkpoint writer stopped after a write error (logged before this line), or this instance is no longer the leader")]
 pub struct WriterStopped;
 
 impl CheckpointWriter {

@@ -143,3 +143,11 @@ fn claim_method_is_auto_unless_set() {
     let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__SWEEP__CLAIM", "pessimistic")]);
     assert!(message.contains("sweep.claim") && message.contains("skip_locked"), "{message}");
 }
+
+#[test]
+fn a_lease_shorter_than_two_send_timeouts_is_refused_naming_both_keys() {
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__LEADER__LEASE_MS", "5000")]);
+    assert!(message.contains("leader.lease_ms") && message.contains("rocketmq.send_timeout_ms"), "{message}");
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__LEADER__NAME", "x'; DROP TABLE y")]);
+    assert!(message.contains("leader.name"), "{message}");
+}

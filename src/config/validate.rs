@@ -35,7 +35,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     at_least("sweep.interval_ms", config.sweep.interval(config.mode).as_millis() as u64, 10)?;
     at_least("sweep.batch", config.sweep.batch as u64, 1)?;
     at_least("sweep.lease_ms", config.sweep.lease_ms, 1_000)?;
-    at_least("leader.lease_ms", config.leader.lease_ms, 1_500)?;
+    check_lease_length(config)?;
     check_lease_name(&config.lease_name())?;
     at_least("checkpoint.interval_ms", config.checkpoint.interval_ms, 1)?;
     if config.checkpoint.path.as_os_str().is_empty() {
@@ -112,6 +112,21 @@ fn check_identifier(key: &str, name: &str) -> Result<(), ConfigError> {
             "a MySQL identifier of letters, digits, _ or $ (1..=64 chars)",
         ))
     }
+}
+
+/// A term ends a send timeout (plus half a second) before its lease does, so a send
+/// that passed the term check is over before another instance may publish; the rest
+/// must leave room for renewals.
+fn check_lease_length(config: &Config) -> Result<(), ConfigError> {
+    let min = 2 * (config.rocketmq.send_timeout_ms + 500);
+    if config.leader.lease_ms >= min {
+        return Ok(());
+    }
+    Err(ConfigError::invalid(
+        "leader.lease_ms",
+        config.leader.lease_ms,
+        &format!("at least 2 x (rocketmq.send_timeout_ms + 500) = {min}, so a send started at a term's end is over before another instance may publish"),
+    ))
 }
 
 /// The lease name appears in the relay's SQL as a literal: letters, digits and `_.$:-` only.

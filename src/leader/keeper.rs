@@ -1,11 +1,11 @@
-//! The leader's lease renewal: every third of the lease, for as long as the term's
+//! The leader's lease renewal: three times per term, for as long as the term's
 //! pipeline runs (its drain and final checkpoint included).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
-use super::Term;
+use super::{Term, TermTiming};
 use crate::health::{Health, Part};
 use crate::store::LeaseStore;
 
@@ -13,7 +13,7 @@ use crate::store::LeaseStore;
 pub(crate) struct Keeper {
     pub term: Term,
     pub lease: LeaseStore,
-    pub length: Duration,
+    pub timing: TermTiming,
     /// Cancelled to stop the term's pipeline when the lease is lost.
     pub pipeline: CancellationToken,
     pub health: Health,
@@ -22,8 +22,8 @@ pub(crate) struct Keeper {
 /// Renews until `done`; when the lease is lost (not renewed before the term's local
 /// deadline, or taken over) it ends the term and stops the pipeline.
 pub(crate) async fn keep(keeper: Keeper, done: CancellationToken) {
-    let Keeper { term, lease, length, pipeline, health } = keeper;
-    let mut tick = tokio::time::interval(length / 3);
+    let Keeper { term, lease, timing, pipeline, health } = keeper;
+    let mut tick = tokio::time::interval(timing.renew_every());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let lost = loop {
         tokio::select! {
@@ -31,7 +31,7 @@ pub(crate) async fn keep(keeper: Keeper, done: CancellationToken) {
             () = tokio::time::sleep(term.remaining()) => break "it was not renewed in time".to_owned(),
             _ = tick.tick() => {
                 let asked = Instant::now();
-                match tokio::time::timeout(term.remaining(), lease.renew(term.number(), length)).await {
+                match tokio::time::timeout(term.remaining(), lease.renew(term.number(), timing.lease)).await {
                     Ok(Ok(true)) => {
                         term.renewed(asked);
                         health.clear(&Part::Lease);

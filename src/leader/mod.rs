@@ -3,15 +3,16 @@
 //! Every instance of a fleet runs the same checks and keeps its connections warm,
 //! but only the holder of the lease in `outbox_relay_lease` runs the pipeline. A
 //! standby tries to take the lease a few times a second ([`standby`]); the leader
-//! renews it every third of its length ([`keeper`]). The [`Term`] is the leader's
-//! own view of its lease: it ends at a local deadline safely before the database's
-//! `lease_until`, and every send batch and every checkpoint checks it first. Writes
-//! on the primary do not trust that view: they are fenced by the term in SQL.
+//! renews it three times per term ([`keeper`]). The [`Term`] is the leader's own view
+//! of its lease: it ends at a local deadline safely before the database's
+//! `lease_until` (see [`TermTiming`]), and every send batch and every checkpoint
+//! checks it first. Writes on the primary do not trust that view: they are fenced by
+//! the term in SQL.
 
 mod keeper;
 mod standby;
 mod term;
 
 pub(crate) use keeper::{keep, Keeper};
-pub(crate) use standby::{wait_for_lease, Role};
-pub(crate) use term::Term;
+pub(crate) use standby::{wait_for_lease, Standby};
+pub(crate) use term::{Term, TermTiming};

@@ -6,11 +6,6 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-/// The share of the lease kept in reserve: the term ends locally this much before the
-/// database lets another instance take over, so a send or checkpoint that passed the
-/// check still happens while the lease holds.
-const SAFETY_SHARE: u32 = 5;
-
 /// One leadership; cheap to clone. Ends when its lease was not renewed in time or
 /// another instance took over.
 #[derive(Clone, Debug)]
@@ -21,7 +16,10 @@ pub(crate) struct Term {
 #[derive(Debug)]
 struct Inner {
     number: u64,
-    lease: Duration,
+    /// How long after a renewal request the term surely holds: the lease minus a
+    /// reserve in which a send that passed the check still completes before the
+    /// database lets another instance take over.
+    holds_for: Duration,
     origin: Instant,
     /// Milliseconds after `origin` until which the lease surely holds.
     holds_until_ms: AtomicU64,
@@ -29,12 +27,13 @@ struct Inner {
 }
 
 impl Term {
-    /// Term `number`, whose lease of `lease` was requested at `requested_at`.
-    pub(crate) fn new(number: u64, lease: Duration, requested_at: Instant) -> Self {
+    /// Term `number`, whose lease was requested at `requested_at`; it holds `holds_for`
+    /// after each renewal request (see [`TermTiming`]).
+    pub(crate) fn new(number: u64, holds_for: Duration, requested_at: Instant) -> Self {
         let term = Self {
             inner: Arc::new(Inner {
                 number,
-                lease,
+                holds_for,
                 origin: requested_at,
                 holds_until_ms: AtomicU64::new(0),
                 lost: CancellationToken::new(),
@@ -57,8 +56,7 @@ impl Term {
     /// The lease was renewed by a request sent at `requested_at`: the database set
     /// `lease_until` to its own now plus the lease, which is later than this.
     pub(crate) fn renewed(&self, requested_at: Instant) {
-        let lease = self.inner.lease - self.inner.lease / SAFETY_SHARE;
-        let until = requested_at.saturating_duration_since(self.inner.origin) + lease;
+        let until = requested_at.saturating_duration_since(self.inner.origin) + self.inner.holds_for;
         self.inner.holds_until_ms.fetch_max(millis(until), Ordering::AcqRel);
     }
 
@@ -83,6 +81,33 @@ impl Term {
     }
 }
 
+/// How long a lease lasts and how much of it a term may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TermTiming {
+    /// `leader.lease_ms`: what the database grants per renewal.
+    pub lease: Duration,
+    /// The end of the lease no send may start in: the longer of a fifth of the lease
+    /// and the send timeout plus half a second, so a send that passed the term check
+    /// is answered (or has timed out) before another instance may publish.
+    pub reserve: Duration,
+}
+
+impl TermTiming {
+    pub(crate) fn new(lease: Duration, send_timeout: Duration) -> Self {
+        Self { lease, reserve: (lease / 5).max(send_timeout + Duration::from_millis(500)) }
+    }
+
+    /// How long a term holds after a renewal request.
+    pub(crate) fn holds_for(&self) -> Duration {
+        self.lease.saturating_sub(self.reserve)
+    }
+
+    /// How often the leader renews: three tries fit in what a term holds.
+    pub(crate) fn renew_every(&self) -> Duration {
+        (self.holds_for() / 3).max(Duration::from_millis(100))
+    }
+}
+
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
@@ -92,13 +117,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_term_holds_until_shortly_before_its_lease_ends() {
+    fn a_term_holds_until_its_reserve_and_no_send_may_outlast_the_lease() {
+        let timing = TermTiming::new(Duration::from_secs(10), Duration::from_secs(3));
+        assert_eq!(timing.reserve, Duration::from_millis(3_500), "the send timeout decides");
+        assert_eq!(TermTiming::new(Duration::from_secs(30), Duration::from_secs(3)).reserve, Duration::from_secs(6));
         let start = Instant::now();
-        let term = Term::new(7, Duration::from_secs(10), start);
+        let term = Term::new(7, timing.holds_for(), start);
         assert!(term.is_current());
         assert_eq!(term.number(), 7);
         let remaining = term.remaining();
-        assert!(remaining <= Duration::from_secs(8) && remaining > Duration::from_millis(7_900), "{remaining:?}");
+        assert!(remaining <= Duration::from_millis(6_500) && remaining > Duration::from_millis(6_400), "{remaining:?}");
+        assert!(timing.renew_every() * 3 <= timing.holds_for());
         let expired = Term::new(8, Duration::from_millis(10), start - Duration::from_secs(1));
         assert!(!expired.is_current(), "a lease requested long ago has run out");
     }
@@ -106,7 +135,7 @@ mod tests {
     #[test]
     fn renewal_extends_and_never_shortens_and_an_ended_term_is_over() {
         let start = Instant::now() - Duration::from_millis(900);
-        let term = Term::new(1, Duration::from_secs(1), start);
+        let term = Term::new(1, Duration::from_millis(800), start);
         assert!(!term.is_current(), "800 ms of a 1 s lease, 900 ms ago");
         term.renewed(Instant::now());
         assert!(term.is_current());

@@ -154,7 +154,14 @@ impl Coordinator {
         }
         self.drain(&mut inputs.reports, &mut progress).await;
         self.log_progress(&progress);
-        let saved = self.save_final().await;
+        let saved = match self.save_final().await {
+            // The lease ran out during the drain: the next leader owns the position.
+            Err(_) if !self.term.is_current() => {
+                tracing::warn!(term = self.term.number(), "the leader lease ran out during the drain: no final checkpoint; the next leader resumes from the last one");
+                Ok(())
+            }
+            saved => saved,
+        };
         stopped.and(saved)
     }
 

@@ -34,16 +34,16 @@ use crate::backoff::Backoff;
 use crate::checkpoint::{CheckpointWriter, Mirror};
 use crate::config::{Config, FailedKeyPolicy, Mode};
 use crate::db::{self, DbError};
-use crate::health::{Health, Part};
+use crate::health::{Health, Part, Role};
 use crate::http;
 use crate::lanes::{HeldKeys, LaneSettings, Recorder};
-use crate::leader::{keep, wait_for_lease, Keeper, Role, Term};
+use crate::leader::{keep, wait_for_lease, Keeper, Standby, Term, TermTiming};
 use crate::metrics::RelayMetrics;
 use crate::rocketmq::{ProducerSettings, Publisher};
 use crate::source::binlog::{Flavor, Reader, ReaderLinks, ReaderSettings};
 use crate::source::sweep::{BinlogGuard, SweepSettings, Sweeper, Watermark};
 use crate::source::{Budget, Handoff};
-use crate::store::{ClaimStore, LeaseStore, StatusStore};
+use crate::store::{check_migrated, ClaimStore, LeaseStore, StatusStore};
 use crate::supervise::Supervisor;
 
 pub use crate::error::RelayError;
@@ -88,9 +88,13 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
         Mode::Binlog => Some(start::open(config, &outbox).await?),
         Mode::Poll => None,
     };
+    check_migrated(&primary, &outbox)
+        .await
+        .map_err(|e| DbError::query("primary", &config.primary.url, e))?
+        .map_err(|e| RelayError::Environment(e.to_string()))?;
     let lease = LeaseStore::new(primary.clone(), &outbox.schema, &config.lease_name());
     let holder = lease.holder().await.map_err(|e| DbError::query("primary", &config.primary.url, e))?;
-    // Until a term is won, claims are fenced by term 0, which no lease ever has.
+    // Until a term is won, claims are fenced by a term no lease row has.
     let claims = ClaimStore::open(
         primary.clone(),
         outbox.clone(),
@@ -98,7 +102,7 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
         Duration::from_millis(config.sweep.lease_ms),
         config.sweep.claim,
         config.retry.failed_key_policy,
-        lease.fence(0),
+        lease.unheld(),
     )
     .await
     .map_err(|e| DbError::query("primary", &config.primary.url, e))?;
@@ -162,33 +166,47 @@ async fn elect(
     health: &Health,
     shutdown: &CancellationToken,
 ) -> Result<(), RelayError> {
-    let length = Duration::from_millis(config.leader.lease_ms);
+    let timing = TermTiming::new(
+        Duration::from_millis(config.leader.lease_ms),
+        Duration::from_millis(config.rocketmq.send_timeout_ms),
+    );
     loop {
         health.set_role(Role::Standby);
         metrics.leader.set(0);
         metrics.leader_term.set(0);
-        let Some(term) = wait_for_lease(&warm.lease, warm.claims.owner(), length, health, shutdown).await else {
+        let standby = Standby {
+            lease: &warm.lease,
+            holder: warm.claims.owner(),
+            timing,
+            source: warm.binlog.as_ref().map(|b| &b.pool),
+            health,
+        };
+        let Some(term) = wait_for_lease(standby, shutdown).await else {
             return Ok(());
         };
         tracing::info!(term = term.number(), "took the leader lease: publishing");
         health.set_role(Role::Leader);
         metrics.leader.set(1);
         metrics.leader_term.set(i64::try_from(term.number()).unwrap_or(i64::MAX));
-        let led = lead(config, warm, &term, metrics, health, shutdown).await;
+        let led = lead(config, warm, &term, timing, metrics, health, shutdown).await;
         if led.is_ok() && term.is_ended() && !shutdown.is_cancelled() {
             tracing::warn!(term = term.number(), "stepped down: standby again");
             continue;
         }
+        metrics.leader.set(0);
         release_lease(&warm.lease, &term).await;
         return led;
     }
 }
 
-/// Runs one term's pipeline until shutdown, a failure, or the loss of the lease.
+/// Runs one term's pipeline until shutdown, a failure, or the loss of the lease. The
+/// lease keeper runs until the pipeline has stopped (drain and final checkpoint
+/// included), under a supervisor of its own: its panic stops the pipeline too.
 async fn lead(
     config: &Config,
     warm: &Warm,
     term: &Term,
+    timing: TermTiming,
     metrics: &RelayMetrics,
     health: &Health,
     shutdown: &CancellationToken,
@@ -200,19 +218,22 @@ async fn lead(
     }
     let stop = shutdown.child_token();
     let kept = CancellationToken::new();
-    let keeper = tokio::spawn(keep(
-        Keeper {
-            term: term.clone(),
-            lease: warm.lease.clone(),
-            length: Duration::from_millis(config.leader.lease_ms),
-            pipeline: stop.clone(),
-            health: health.clone(),
-        },
-        kept.clone(),
-    ));
+    let keeping = Supervisor::new(stop.clone(), health.clone());
+    let keeper = Keeper {
+        term: term.clone(),
+        lease: warm.lease.clone(),
+        timing,
+        pipeline: stop.clone(),
+        health: health.clone(),
+    };
+    keeping.spawn("lease keeper", ok(keep(keeper, kept.clone())));
     let claims = warm.claims.under(warm.lease.fence(term.number()));
     let supervisor = Supervisor::new(stop.clone(), health.clone());
-    let started = start_pipeline(config, warm, &claims, term, &supervisor, metrics.clone(), health).await;
+    // A start that waits on a dead primary or broker gives way to a stop or a lost lease.
+    let started = tokio::select! {
+        started = start_pipeline(config, warm, &claims, term, &supervisor, metrics.clone(), health) => started,
+        () = stop.cancelled() => Ok(()),
+    };
     if started.is_ok() {
         stop.cancelled().await;
     }
@@ -223,10 +244,8 @@ async fn lead(
     let joined = supervisor.join().await;
     release_claims(&claims).await;
     kept.cancel();
-    if let Err(error) = keeper.await {
-        tracing::error!(%error, "the lease keeper panicked");
-    }
-    started.and(joined)
+    let kept_ok = keeping.join().await;
+    started.and(joined).and(kept_ok)
 }
 
 /// Gives the lease back so a standby takes over at its next try (within 250 ms).
@@ -360,6 +379,7 @@ async fn start_pipeline(
                     watermark: Arc::clone(&watermark),
                     metrics: metrics.clone(),
                     health: health.clone(),
+                    term: term.clone(),
                 },
             );
             supervisor.spawn("binlog reader", ok(reader.run(binlog.start, shutdown.child_token())));

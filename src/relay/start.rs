@@ -29,6 +29,9 @@ use crate::db::{self, DbError};
 use crate::source::binlog::{self, ColumnMap, Flavor, GtidState, ServerInfo, Start, StartKind};
 use outbox_kit::OutboxTable;
 
+/// How long a new leader waits for the mirror row before it goes on without it.
+const MIRROR_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The checked source and the local checkpoint, kept for the whole process.
 pub struct BinlogSource {
     /// Pool on the source for look-ups while streaming.
@@ -64,10 +67,14 @@ impl BinlogSource {
     /// The checkpoint a new leader term starts from, saved locally before anything else.
     pub async fn start(&self, config: &Config, mirror: &Mirror) -> Result<BinlogStart, RelayError> {
         let local = self.store.load()?;
-        let mirrored = match mirror.load().await {
-            Ok(found) => found.map(|(checkpoint, _term)| checkpoint),
-            Err(error) => {
+        let mirrored = match tokio::time::timeout(MIRROR_READ_TIMEOUT, mirror.load()).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(error)) => {
                 tracing::warn!(%error, "cannot read the checkpoint mirror; starting from the local checkpoint (duplicates at most)");
+                None
+            }
+            Err(_) => {
+                tracing::warn!("the checkpoint mirror did not answer within {MIRROR_READ_TIMEOUT:?}; starting from the local checkpoint (duplicates at most)");
                 None
             }
         };
@@ -76,10 +83,14 @@ impl BinlogSource {
         if let Some(chosen) = &chosen {
             check_pins(config, chosen)?;
         }
+        let before = chosen.as_ref().map(|c| c.server_identity.clone()).unwrap_or_default();
         let (checkpoint, kind) = match chosen {
             Some(saved) if saved.server_identity == self.server.identity => (saved, StartKind::Resume),
-            Some(saved) if self.resumes_by_gtid(&saved) => {
-                tracing::info!(gtid = ?saved.position.gtid, checkpoint_of = %saved.server_identity, source = %self.server.identity, "resuming by GTID");
+            Some(mut saved) if self.resumes_by_gtid(&saved) => {
+                tracing::info!(gtid = ?saved.position.gtid, checkpoint_of = %saved.server_identity, source = %self.server.identity, "resuming by GTID on another server");
+                // From here on the position is this server's; its file and offset follow
+                // with the first event read.
+                saved.server_identity.clone_from(&self.server.identity);
                 (saved, StartKind::Resume)
             }
             Some(saved) => {
@@ -94,7 +105,7 @@ impl BinlogSource {
                 (self.at_current_position(pins).await?, StartKind::Fresh)
             }
         };
-        if from_mirror || kind != StartKind::Resume {
+        if from_mirror || kind != StartKind::Resume || checkpoint.server_identity != before {
             self.store.save(&checkpoint)?;
         }
         let position = &checkpoint.position;

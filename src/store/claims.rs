@@ -135,9 +135,13 @@ impl ClaimStore {
         Ok(Self { pool, outbox, owner, lease, method, policy, index_hint, fence })
     }
 
-    /// The same claims, made under `fence` (a new leader term).
+    /// The same claims, made under `fence` (a new leader term) and owned by this
+    /// process in that term: claims left from an earlier term of the same process
+    /// (which a deposed leader may not release) are then another owner's, and come
+    /// back when their lease ends like any other.
     pub fn under(&self, fence: TermFence) -> Self {
-        Self { fence, ..self.clone() }
+        let base = self.owner.split_once("/term-").map_or(self.owner.as_str(), |(base, _)| base);
+        Self { owner: format!("{base}/term-{}", fence.term()), fence, ..self.clone() }
     }
 
     pub fn owner(&self) -> &str {

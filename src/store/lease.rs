@@ -27,10 +27,15 @@ pub struct TermFence {
     table: String,
     /// The lease name; checked by the configuration to be a safe SQL literal.
     name: String,
-    pub term: u64,
+    term: u64,
 }
 
 impl TermFence {
+    /// The term this fence holds writes to.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
     /// An inner join that keeps a statement's rows only while `term` is current:
     /// `JOIN lease f ON f.name = '...' AND f.term = N`.
     pub(crate) fn join(&self) -> String {
@@ -42,7 +47,7 @@ impl TermFence {
 
     /// A `FROM ... WHERE` that yields one row only while `term` is current, for
     /// `INSERT ... SELECT`.
-    pub(crate) fn from(&self) -> String {
+    pub(crate) fn select_from(&self) -> String {
         format!("FROM {} WHERE name = '{}' AND term = {}", self.table, self.name, self.term)
     }
 }
@@ -74,17 +79,34 @@ impl LeaseStore {
         TermFence { table: self.table.clone(), name: self.name.clone(), term }
     }
 
+    /// A fence no lease row ever has (terms count from 0 up, in a signed column), for
+    /// stores made before a term is won: their writes change nothing.
+    pub fn unheld(&self) -> TermFence {
+        self.fence(u64::MAX)
+    }
+
     /// Takes the lease for `holder` if it has run out (or never existed); the new term.
+    /// A plain read comes first, so standbys trying while the lease is held take no
+    /// lock on the row the leader renews and fences its writes with.
     pub async fn acquire(&self, holder: &str, lease: Duration) -> Result<Option<u64>, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
-        conn.exec_drop(
-            format!(
-                "INSERT IGNORE INTO {} (name, holder, term, lease_until) VALUES (?, '', 0, '1970-01-02')",
-                self.table
-            ),
-            (&self.name,),
-        )
-        .await?;
+        let expired: Option<bool> = conn
+            .exec_first(format!("SELECT lease_until < NOW(3) FROM {} WHERE name = ?", self.table), (&self.name,))
+            .await?;
+        match expired {
+            Some(false) => return Ok(None),
+            Some(true) => {}
+            None => {
+                conn.exec_drop(
+                    format!(
+                        "INSERT IGNORE INTO {} (name, holder, term, lease_until) VALUES (?, '', 0, '1970-01-02')",
+                        self.table
+                    ),
+                    (&self.name,),
+                )
+                .await?
+            }
+        }
         conn.exec_drop(
             format!(
                 "UPDATE {} SET holder = ?, term = LAST_INSERT_ID(term + 1), lease_until = NOW(3) + INTERVAL ? MICROSECOND \

@@ -8,7 +8,7 @@ mod status;
 
 pub use claims::{ClaimStore, Claimed, Cutoff, Malformed};
 pub use lease::{LeaseHolder, LeaseStore, TermFence};
-pub use schema::{has_index, migrate, MigrationReport, CLAIM_INDEX, KEY_ORDER_INDEX};
+pub use schema::{check_migrated, has_index, migrate, MigrationReport, NotMigrated, CLAIM_INDEX, KEY_ORDER_INDEX};
 pub use status::{Sent, StatusStore};
 
 use outbox_kit::RowStatus;

@@ -114,6 +114,32 @@ const EXTRA_OUTBOX_COLUMNS: &[(&str, &str)] = &[
     ("last_error", "VARCHAR(1024) NULL"),
 ];
 
+/// The relay's tables are older than this relay needs.
+#[derive(Debug, thiserror::Error)]
+#[error("the relay's tables in `{schema}` are at migration {found} but this relay needs {needed} (the leader lease and the whole checkpoint in the mirror); fix: run `outbox-relay migrate` (as a user with CREATE and ALTER, see --admin-url)")]
+pub struct NotMigrated {
+    pub schema: String,
+    pub found: u32,
+    pub needed: u32,
+}
+
+/// Checks that every migration this relay knows has been applied; `Ok(Err(..))`
+/// names what to run when not.
+pub async fn check_migrated(pool: &Pool, outbox: &OutboxTable) -> Result<Result<(), NotMigrated>, mysql_async::Error> {
+    let needed = MIGRATIONS.iter().map(|m| m.version).max().unwrap_or_default();
+    let mut conn = pool.get_conn().await?;
+    let found: u32 = match conn
+        .query_first(format!("SELECT COALESCE(MAX(version), 0) FROM `{}`.`outbox_relay_migrations`", outbox.schema))
+        .await
+    {
+        Ok(found) => found.unwrap_or_default(),
+        // ER_NO_SUCH_TABLE: never migrated.
+        Err(mysql_async::Error::Server(e)) if e.code == 1146 => 0,
+        Err(error) => return Err(error),
+    };
+    Ok(if found >= needed { Ok(()) } else { Err(NotMigrated { schema: outbox.schema.clone(), found, needed }) })
+}
+
 /// Creates or upgrades every table; safe to run any number of times.
 pub async fn migrate(pool: &Pool, outbox: &OutboxTable) -> Result<MigrationReport, mysql_async::Error> {
     let mut conn = pool.get_conn().await?;

@@ -50,7 +50,7 @@ impl RelayOptions {
         set("OUTBOX_RELAY__RETRY__BACKOFF_INITIAL_MS", "200".into());
         set("OUTBOX_RELAY__RETRY__BACKOFF_MAX_MS", "2000".into());
         set("OUTBOX_RELAY__ROCKETMQ__PRODUCER_GROUP", unique("relay"));
-        set("OUTBOX_RELAY__LEADER__LEASE_MS", "5000".into());
+        set("OUTBOX_RELAY__LEADER__LEASE_MS", "8000".into());
         env.extend(self.extra_env.iter().cloned());
         env
     }

@@ -52,6 +52,7 @@ use crate::backoff::Backoff;
 use crate::config::DbUrl;
 use crate::db::DbError;
 use crate::health::{Health, Part};
+use crate::leader::Term;
 use crate::metrics::RelayMetrics;
 use crate::source::sweep::{FullSweep, Watermark};
 
@@ -89,6 +90,10 @@ pub struct ReaderLinks {
     pub metrics: RelayMetrics,
     /// Where the reader says whether it streams.
     pub health: Health,
+    /// The leader term it reads for: a deposed leader does not register with the
+    /// source again (instances of a fleet share `server_id`, so it would cut the new
+    /// leader's connection).
+    pub term: Term,
 }
 
 /// Where the reader starts.
@@ -358,6 +363,9 @@ impl Reader {
         } else {
             request.with_filename(position.file.as_bytes()).with_pos(position.pos)
         };
+        if !self.links.term.is_current() {
+            return Err(Retry::Closed);
+        }
         conn.get_binlog_stream(request).await.map_err(|e| self.stream_error(e))
     }
 

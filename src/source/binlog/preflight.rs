@@ -38,6 +38,9 @@ pub enum PreflightError {
     Query { address: String, detail: String },
 }
 
+/// "Unknown system variable": a server older than the variable.
+const UNKNOWN_SYSTEM_VARIABLE: u16 = 1193;
+
 /// MySQL error codes for "access denied" to a statement or variable.
 const ACCESS_DENIED: [u16; 3] = [1045, 1142, 1227];
 
@@ -118,22 +121,32 @@ pub async fn check(conn: &mut Conn, address: &str) -> Result<ServerInfo, Preflig
 }
 
 /// A replica writes what it replicates to its own binlog only with
-/// `log_slave_updates` (MySQL: `log_replica_updates`); without it the relay would see
-/// none of the primary's outbox rows and every one would arrive late, by the sweep.
-/// A server counts as a replica when it is read-only or (MariaDB) has replicated by GTID.
+/// `log_slave_updates` (MySQL 8.0.26+: `log_replica_updates`); without it the relay
+/// would see none of the primary's outbox rows and every one would arrive late, by
+/// the sweep. A server counts as a replica when it is read-only or has a replication
+/// channel configured (when the user may see that); a primary promoted from a replica
+/// is neither.
 async fn check_replica_logs_updates(conn: &mut Conn, address: &str, flavor: Flavor) -> Result<(), PreflightError> {
-    let sql = match flavor {
-        Flavor::MariaDb => "SELECT @@log_slave_updates, @@read_only, @@gtid_slave_pos <> ''",
-        Flavor::MySql => "SELECT @@log_replica_updates, @@read_only OR @@super_read_only, 0",
+    let logs_updates = match raw_text_row(conn, "SELECT @@log_replica_updates").await {
+        // MariaDB and MySQL before 8.0.26 know only the old name.
+        Err(mysql_async::Error::Server(e)) if e.code == UNKNOWN_SYSTEM_VARIABLE => {
+            text_row(conn, address, "SELECT @@log_slave_updates").await?
+        }
+        other => other.map_err(|e| classify(address, e))?,
     };
-    let values = text_row(conn, address, sql).await?;
-    let is_on = |v: &String| matches!(v.as_str(), "1" | "ON");
-    let [logs_updates, read_only, replicated] = values.as_slice() else { return Ok(()) };
-    if !is_on(logs_updates) && (is_on(read_only) || is_on(replicated)) {
+    let read_only_sql = match flavor {
+        Flavor::MariaDb => "SELECT @@read_only",
+        Flavor::MySql => "SELECT @@read_only OR @@super_read_only",
+    };
+    let read_only = text_row(conn, address, read_only_sql).await?;
+    // Needs a monitoring privilege the relay does not ask for: unknown without it.
+    let replicates = raw_text_row(conn, "SHOW SLAVE STATUS").await.is_ok_and(|row| !row.is_empty());
+    let is_on = |values: &[String]| values.first().is_some_and(|v| matches!(v.as_str(), "1" | "ON"));
+    if !is_on(&logs_updates) && (is_on(&read_only) || replicates) {
         return Err(PreflightError::Setting {
             address: address.to_owned(),
             setting: "log_slave_updates",
-            value: logs_updates.clone(),
+            value: "OFF".to_owned(),
             expected: "ON on a replica",
             fix: "set log_slave_updates = ON (MySQL: log_replica_updates = ON) on the replica and restart it, or point source.url at a server that writes what it replicates to its binlog",
         });
