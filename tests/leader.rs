@@ -525,3 +525,18 @@ async fn a_second_sigterm_during_the_drain_exits_at_once_and_a_restart_loses_not
     all_sent(&outbox, 10, Duration::from_secs(60)).await;
     assert_eq!(restarted.stop(), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_id_equal_to_the_sources_own_is_refused_with_the_fix() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let mut conn = stack.replica_pool().await.get_conn().await.expect("replica");
+    let own: Option<u32> = conn.query_first("SELECT @@server_id").await.expect("server_id");
+    let own = own.expect("a server_id");
+    let options = RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__SOURCE__SERVER_ID", own);
+    let mut relay = RelayProcess::start(&stack, &options);
+    let code = relay.wait_exit(Duration::from_secs(60)).await;
+    let log = relay.log_text();
+    assert_eq!(code, Some(4), "{log}");
+    assert!(log.contains("source.server_id") && log.contains("different from the source's server_id"), "{log}");
+}

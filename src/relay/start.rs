@@ -53,7 +53,7 @@ pub async fn open(config: &Config, outbox: &OutboxTable) -> Result<BinlogSource,
     let pool = db::connect("source", &source.url, 2).await?;
     let address = source.url.address().to_owned();
     let mut conn = pool.get_conn().await.map_err(|e| DbError::query("source", &source.url, e))?;
-    let server = binlog::preflight(&mut conn, &address).await?;
+    let server = binlog::preflight(&mut conn, &address, source.server_id).await?;
     ColumnMap::load(&mut conn, &outbox.schema, &outbox.table)
         .await
         .map_err(|e| DbError::query("source", &source.url, e))??;

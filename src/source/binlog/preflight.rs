@@ -44,8 +44,9 @@ const UNKNOWN_SYSTEM_VARIABLE: u16 = 1193;
 /// MySQL error codes for "access denied" to a statement or variable.
 const ACCESS_DENIED: [u16; 3] = [1045, 1142, 1227];
 
-/// Checks binlog settings and returns the server's identity.
-pub async fn check(conn: &mut Conn, address: &str) -> Result<ServerInfo, PreflightError> {
+/// Checks binlog settings for a relay registering as `relay_server_id`, and returns
+/// the server's identity.
+pub async fn check(conn: &mut Conn, address: &str, relay_server_id: u32) -> Result<ServerInfo, PreflightError> {
     let values = text_row(
         conn,
         address,
@@ -94,6 +95,14 @@ pub async fn check(conn: &mut Conn, address: &str) -> Result<ServerInfo, Preflig
             sync_binlog = %sync_binlog,
             "source {address}: sync_binlog is {sync_binlog}, not 1: after a crash of the source its binlog can lack transactions the relay already published (then rolled back on the source) or that stayed committed (left to the sweep); fix: set sync_binlog = 1 on the source"
         );
+    }
+    if server_id == relay_server_id.to_string() {
+        return Err(setting(
+            "source.server_id",
+            &server_id,
+            "a server_id other than the source's own",
+            "give source.server_id a value unique among the source's replicas and different from the source's server_id",
+        ));
     }
     let flavor = if version.contains("MariaDB") { Flavor::MariaDb } else { Flavor::MySql };
     let identity = match flavor {
