@@ -123,3 +123,23 @@ async fn sync_send_is_send_ok_with_msg_id_and_a_real_consumer_gets_body_keys_and
     collector.shutdown().await;
     producer.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrations_run_at_once_on_a_new_schema_all_succeed() {
+    let stack = Stack::from_env();
+    let pool = stack.root_pool().await;
+    let schema = unique("parallel");
+    pool.get_conn().await.expect("conn").query_drop(format!("CREATE DATABASE `{schema}`")).await.expect("create db");
+    // As when several relays (or test binaries) migrate one new database together.
+    let runs = (0..4).map(|i| {
+        let (pool, outbox) = (pool.clone(), OutboxTable { schema: schema.clone(), table: format!("outbox_{i}") });
+        tokio::spawn(async move { migrate(&pool, &outbox).await })
+    });
+    for run in futures_util::future::join_all(runs).await {
+        run.expect("task").expect("every parallel migrate succeeds");
+    }
+    let checked = outbox_relay::store::check_migrated(&pool, &OutboxTable { schema, table: "outbox_0".into() })
+        .await
+        .expect("query");
+    assert!(checked.is_ok(), "{checked:?}");
+}

@@ -52,6 +52,9 @@ pub const CLAIM_INDEX: (&str, &str) = ("idx_claim", "(status, id, next_retry_at)
 /// still unsent; with it that check reads only the key's unsent rows, not its history.
 pub const KEY_ORDER_INDEX: (&str, &str) = ("idx_key_order", "(biz_key, status, id)");
 
+/// ER_DUP_FIELDNAME: the column a migration adds is there already.
+const DUPLICATE_COLUMN: u16 = 1060;
+
 /// One numbered schema step of the relay's own tables. `{schema}` is substituted.
 struct Migration {
     version: u32,
@@ -155,7 +158,11 @@ pub async fn migrate(pool: &Pool, outbox: &OutboxTable) -> Result<MigrationRepor
     let done: Vec<u32> = conn.query(format!("SELECT version FROM `{schema}`.`outbox_relay_migrations`")).await?;
     let mut report = MigrationReport::default();
     for migration in MIGRATIONS.iter().filter(|m| !done.contains(&m.version)) {
-        conn.query_drop(migration.sql.replace("{schema}", schema)).await?;
+        match conn.query_drop(migration.sql.replace("{schema}", schema)).await {
+            // Another `migrate` (a second relay, a parallel run) added the column first.
+            Err(mysql_async::Error::Server(e)) if e.code == DUPLICATE_COLUMN => {}
+            other => other?,
+        }
         // IGNORE: two relays migrating at once both create IF NOT EXISTS; one records it.
         conn.exec_drop(
             format!("INSERT IGNORE INTO `{schema}`.`outbox_relay_migrations` (version, name) VALUES (?, ?)"),
