@@ -11,6 +11,8 @@ use outbox_relay::config::{self, Config, DbUrl, LogFormat};
 use outbox_relay::relay::{self, outbox_table};
 use outbox_relay::store;
 use outbox_relay::{admin, db, exit};
+
+mod operator;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -49,6 +51,68 @@ enum Command {
     /// Broker operations that need no relay configuration.
     #[command(subcommand)]
     Admin(AdminCommand),
+    /// FAILED rows.
+    #[command(subcommand)]
+    Failed(FailedCommand),
+    /// Put FAILED rows back to PENDING, retries reset, so the relay sends them again (audited).
+    Requeue {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[command(flatten)]
+        which: operator::Which,
+        #[command(flatten)]
+        by: operator::ByWhom,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Mark FAILED rows SKIPPED: never sent, and the events of their keys go on (audited).
+    Skip {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Row ids (the `id` column), one or more.
+        #[arg(long = "id", required = true, num_args = 1..)]
+        ids: Vec<u64>,
+        #[command(flatten)]
+        by: operator::ByWhom,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete SENT rows older than the retention, by primary key in paced batches (audited).
+    Cleanup {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Keep SENT rows this long: 7d, 24h, 30m, 90s.
+        #[arg(long, default_value = "7d", value_parser = operator::parse_retention)]
+        retention: std::time::Duration,
+        /// Rows per DELETE.
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+        /// Pause between batches, milliseconds.
+        #[arg(long, default_value_t = 50)]
+        pace_ms: u64,
+        #[command(flatten)]
+        by: operator::ByWhom,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum FailedCommand {
+    /// FAILED rows, oldest first, with why they failed.
+    List {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long)]
+        topic: Option<String>,
+        /// Only this biz_key.
+        #[arg(long)]
+        key: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -113,6 +177,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Admin(command) => {
             init_logging("warn", LogFormat::Text);
             runtime.block_on(run_admin(command))
+        }
+        Command::Failed(FailedCommand::List { config, limit, topic, key, json }) => {
+            let action = operator::Action::List { limit, topic, key };
+            runtime.block_on(operator::run(&load_config(&config)?, action, json))
+        }
+        Command::Requeue { config, which, by, json } => {
+            runtime.block_on(operator::run(&load_config(&config)?, operator::Action::Requeue { which, by }, json))
+        }
+        Command::Skip { config, ids, by, json } => {
+            runtime.block_on(operator::run(&load_config(&config)?, operator::Action::Skip { ids, by }, json))
+        }
+        Command::Cleanup { config, retention, batch, pace_ms, by, json } => {
+            let action =
+                operator::Action::Cleanup { retention, batch, pace: std::time::Duration::from_millis(pace_ms), by };
+            runtime.block_on(operator::run(&load_config(&config)?, action, json))
         }
     }
 }

@@ -1,0 +1,186 @@
+//! The operator commands of the `outbox-relay` binary: `failed list`, `requeue`,
+//! `skip` and `cleanup` over the library's `store::Manual`. Human output by default
+//! (aligned columns), `--json` for scripts; every change needs `--operator` and
+//! `--reason`, which go into its audit row, and `--dry-run` shows what would change.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use outbox_relay::config::Config;
+use outbox_relay::db;
+use outbox_relay::relay::outbox_table;
+use outbox_relay::store::{Change, FailedFilter, Manual, Operator, Target};
+
+/// Who makes the change and why; both are recorded in `outbox_relay_audit`.
+#[derive(Args)]
+pub struct ByWhom {
+    /// Your name, as the audit row should show it.
+    #[arg(long)]
+    operator: String,
+    /// Why (a ticket, an incident), as the audit row should show it.
+    #[arg(long)]
+    reason: String,
+    /// Show what would change, change nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// Which FAILED rows.
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+pub struct Which {
+    /// Row ids (the `id` column), one or more.
+    #[arg(long = "id", num_args = 1..)]
+    pub ids: Vec<u64>,
+    /// Every FAILED row.
+    #[arg(long)]
+    pub all_failed: bool,
+}
+
+/// What a manual command does, once its arguments are read.
+pub enum Action {
+    List { limit: usize, topic: Option<String>, key: Option<String> },
+    Requeue { which: Which, by: ByWhom },
+    Skip { ids: Vec<u64>, by: ByWhom },
+    Cleanup { retention: Duration, batch: usize, pace: Duration, by: ByWhom },
+}
+
+/// Runs `action` against the primary and outbox table of `config`; prints the result.
+pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<()> {
+    let pool = db::connect("primary", &config.primary.url, 2).await?;
+    let manual = Manual::new(pool.clone(), outbox_table(config));
+    let table = outbox_table(config).qualified();
+    let done = match action {
+        Action::List { limit, topic, key } => {
+            let rows = manual
+                .failed(&FailedFilter { limit, topic, biz_key: key })
+                .await
+                .with_context(|| format!("listing FAILED rows of {table}"))?;
+            if json {
+                println!("{}", serde_json::to_string(&rows)?);
+            } else {
+                print_table(
+                    &["id", "event_id", "biz_key", "topic", "retries", "created_at", "last_error"],
+                    rows.iter()
+                        .map(|r| {
+                            vec![
+                                r.id.to_string(),
+                                r.event_id.clone(),
+                                r.biz_key.clone(),
+                                r.topic.clone(),
+                                r.retry_count.to_string(),
+                                r.created_at.clone(),
+                                r.last_error.chars().take(80).collect(),
+                            ]
+                        })
+                        .collect(),
+                );
+            }
+            Ok(())
+        }
+        Action::Requeue { which, by } => {
+            let target = if which.all_failed { Target::AllFailed } else { Target::Ids(which.ids) };
+            let change = manual.requeue(&target, &operator(&by), by.dry_run).await;
+            report_change(change.with_context(|| format!("requeue in {table}"))?, json)
+        }
+        Action::Skip { ids, by } => {
+            let change = manual.skip(&Target::Ids(ids), &operator(&by), by.dry_run).await;
+            report_change(change.with_context(|| format!("skip in {table}"))?, json)
+        }
+        Action::Cleanup { retention, batch, pace, by } => {
+            let interactive = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let progress = |deleted: u64| {
+                if interactive {
+                    eprint!("\rdeleted {deleted} rows");
+                }
+            };
+            let cleaned = manual
+                .cleanup(retention, batch, pace, &operator(&by), by.dry_run, progress)
+                .await
+                .with_context(|| format!("cleanup of {table}"))?;
+            if interactive && !by.dry_run {
+                eprintln!();
+            }
+            if json {
+                println!("{}", serde_json::to_string(&cleaned)?);
+            } else if cleaned.dry_run {
+                println!("dry run: would delete {} SENT rows older than {}s", cleaned.deleted, retention.as_secs());
+            } else {
+                println!(
+                    "deleted {} SENT rows older than {}s in {} batches",
+                    cleaned.deleted,
+                    retention.as_secs(),
+                    cleaned.batches
+                );
+            }
+            Ok(())
+        }
+    };
+    pool.disconnect().await.ok();
+    done
+}
+
+fn operator(by: &ByWhom) -> Operator {
+    Operator { name: by.operator.clone(), reason: by.reason.clone() }
+}
+
+fn report_change(change: Change, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(&change)?);
+        return Ok(());
+    }
+    let ids: Vec<String> = change.ids.iter().map(u64::to_string).collect();
+    match (change.dry_run, change.ids.is_empty()) {
+        (_, true) => println!("{}: no FAILED row among those given; nothing to do", change.action),
+        (true, false) => println!("dry run: would {} {} rows: {}", change.action, ids.len(), ids.join(", ")),
+        (false, false) => println!("{}: {} rows changed (audited): {}", change.action, ids.len(), ids.join(", ")),
+    }
+    Ok(())
+}
+
+/// Prints `rows` under `header` in aligned columns.
+fn print_table(header: &[&str], rows: Vec<Vec<String>>) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(header.iter().map(|h| h.to_uppercase()).collect());
+    for row in rows {
+        line(row);
+    }
+}
+
+/// `7d`, `24h`, `30m`, `90s` (or a bare number of seconds) as a duration.
+pub fn parse_retention(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let seconds_per = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        _ => return Err(format!("{text:?}: use a number with s, m, h or d, e.g. 7d")),
+    };
+    let number: u64 = number.parse().map_err(|_| format!("{text:?}: use a number with s, m, h or d, e.g. 7d"))?;
+    Ok(Duration::from_secs(number.saturating_mul(seconds_per)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_reads_days_hours_minutes_and_seconds() {
+        assert_eq!(parse_retention("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_retention("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_retention("90"), Ok(Duration::from_secs(90)));
+        assert!(parse_retention("7w").is_err() && parse_retention("d").is_err());
+    }
+}
