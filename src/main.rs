@@ -51,6 +51,13 @@ enum Command {
     /// Broker operations that need no relay configuration.
     #[command(subcommand)]
     Admin(AdminCommand),
+    /// Where the relay of the configured table stands: leader, position, rows, backlog.
+    Status {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[arg(long)]
+        json: bool,
+    },
     /// FAILED rows.
     #[command(subcommand)]
     Failed(FailedCommand),
@@ -177,6 +184,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Admin(command) => {
             init_logging("warn", LogFormat::Text);
             runtime.block_on(run_admin(command))
+        }
+        Command::Status { config, json } => {
+            runtime.block_on(operator::run(&load_config(&config)?, operator::Action::Status, json))
         }
         Command::Failed(FailedCommand::List { config, limit, topic, key, json }) => {
             let action = operator::Action::List { limit, topic, key };

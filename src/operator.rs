@@ -1,5 +1,5 @@
-//! The operator commands of the `outbox-relay` binary: `failed list`, `requeue`,
-//! `skip` and `cleanup` over the library's `store::Manual`. Human output by default
+//! The operator commands of the `outbox-relay` binary: `status`, `failed list`,
+//! `requeue`, `skip` and `cleanup` over the library's `store`. Human output by default
 //! (aligned columns), `--json` for scripts; every change needs `--operator` and
 //! `--reason`, which go into its audit row, and `--dry-run` shows what would change.
 
@@ -10,7 +10,7 @@ use clap::Args;
 use outbox_relay::config::Config;
 use outbox_relay::db;
 use outbox_relay::relay::outbox_table;
-use outbox_relay::store::{Change, FailedFilter, Manual, Operator, Target};
+use outbox_relay::store::{status_report, Change, FailedFilter, LeaseStore, Manual, Operator, StatusReport, Target};
 
 /// Who makes the change and why; both are recorded in `outbox_relay_audit`.
 #[derive(Args)]
@@ -40,6 +40,7 @@ pub struct Which {
 
 /// What a manual command does, once its arguments are read.
 pub enum Action {
+    Status,
     List { limit: usize, topic: Option<String>, key: Option<String> },
     Requeue { which: Which, by: ByWhom },
     Skip { ids: Vec<u64>, by: ByWhom },
@@ -51,11 +52,27 @@ pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<
     let pool = db::connect("primary", &config.primary.url, 2).await?;
     let manual = Manual::new(pool.clone(), outbox_table(config));
     let table = outbox_table(config).qualified();
+    // A server error (a missing table, a missing grant) classifies as exit 4.
+    let on_primary = |e| db::DbError::query("primary", &config.primary.url, e);
     let done = match action {
+        Action::Status => {
+            let lease = LeaseStore::new(pool.clone(), &outbox_table(config).schema, &config.lease_name());
+            let report =
+                status_report(&pool, &outbox_table(config), &lease).await.map_err(on_primary).with_context(|| {
+                    format!("reading the status of {table} (does it exist? `outbox-relay migrate` creates it)")
+                })?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print_status(&report);
+            }
+            Ok(())
+        }
         Action::List { limit, topic, key } => {
             let rows = manual
                 .failed(&FailedFilter { limit, topic, biz_key: key })
                 .await
+                .map_err(on_primary)
                 .with_context(|| format!("listing FAILED rows of {table}"))?;
             if json {
                 println!("{}", serde_json::to_string(&rows)?);
@@ -82,11 +99,11 @@ pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<
         Action::Requeue { which, by } => {
             let target = if which.all_failed { Target::AllFailed } else { Target::Ids(which.ids) };
             let change = manual.requeue(&target, &operator(&by), by.dry_run).await;
-            report_change(change.with_context(|| format!("requeue in {table}"))?, json)
+            report_change(change.map_err(on_primary).with_context(|| format!("requeue in {table}"))?, json)
         }
         Action::Skip { ids, by } => {
             let change = manual.skip(&Target::Ids(ids), &operator(&by), by.dry_run).await;
-            report_change(change.with_context(|| format!("skip in {table}"))?, json)
+            report_change(change.map_err(on_primary).with_context(|| format!("skip in {table}"))?, json)
         }
         Action::Cleanup { retention, batch, pace, by } => {
             let interactive = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -98,6 +115,7 @@ pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<
             let cleaned = manual
                 .cleanup(retention, batch, pace, &operator(&by), by.dry_run, progress)
                 .await
+                .map_err(on_primary)
                 .with_context(|| format!("cleanup of {table}"))?;
             if interactive && !by.dry_run {
                 eprintln!();
@@ -139,7 +157,40 @@ fn report_change(change: Change, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints `rows` under `header` in aligned columns.
+/// Prints the status report as labelled lines.
+fn print_status(report: &StatusReport) {
+    let leader = match &report.leader {
+        Some(l) if l.lease_remaining_ms >= 0 => {
+            format!("{} (term {}, lease {:.1} s left)", l.holder, l.term, l.lease_remaining_ms as f64 / 1e3)
+        }
+        Some(l) => {
+            format!("none: the lease of term {} ran out {:.1} s ago", l.term, -l.lease_remaining_ms as f64 / 1e3)
+        }
+        None => "none: no instance has held the lease yet".to_owned(),
+    };
+    let position = report.position.as_ref().map_or_else(
+        || "none mirrored yet".to_owned(),
+        |p| {
+            let gtid = p.gtid.as_deref().map(|g| format!(" gtid {g}")).unwrap_or_default();
+            let server = p.server.as_deref().unwrap_or("?");
+            format!("{}:{}{gtid} (server {server}, term {}, at {})", p.file, p.pos, p.term, p.updated_at)
+        },
+    );
+    let rows: Vec<String> = report.rows.iter().map(|(name, n)| format!("{name} {n}")).collect();
+    print_table(
+        &["", ""],
+        vec![
+            vec!["table".into(), report.table.clone()],
+            vec!["leader".into(), leader],
+            vec!["position".into(), position],
+            vec!["rows".into(), rows.join(", ")],
+            vec!["waiting".into(), format!("{} (oldest {:.1} s)", report.waiting, report.oldest_waiting_seconds)],
+            vec!["failed keys".into(), report.failed_keys.to_string()],
+        ],
+    );
+}
+
+/// Prints `rows` under `header` in aligned columns (no header line when it is blank).
 fn print_table(header: &[&str], rows: Vec<Vec<String>>) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in &rows {
@@ -151,7 +202,9 @@ fn print_table(header: &[&str], rows: Vec<Vec<String>>) {
         let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         println!("{}", padded.join("  ").trim_end());
     };
-    line(header.iter().map(|h| h.to_uppercase()).collect());
+    if header.iter().any(|h| !h.is_empty()) {
+        line(header.iter().map(|h| h.to_uppercase()).collect());
+    }
     for row in rows {
         line(row);
     }

@@ -1,4 +1,5 @@
-//! The operator commands against the real stack while a relay runs: `requeue` and
+//! The operator commands against the real stack while a relay runs: `status` reads
+//! the leader, position and rows from the primary; `requeue` and
 //! `skip` change only FAILED rows, write who/why/what to `outbox_relay_audit` and are
 //! no-ops when repeated; `cleanup` deletes exactly the SENT rows past the retention.
 #![recursion_limit = "512"]
@@ -258,4 +259,34 @@ async fn cleanup_deletes_exactly_the_old_sent_rows_in_batches_while_the_relay_ru
     consumed_all(&collector, &events, 30 + written, Duration::from_secs(120)).await;
     assert_eq!(relay.stop(), Some(0));
     collector.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_names_the_leader_its_position_and_the_rows() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "status").await;
+    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
+    relay.wait_ready().await;
+    outbox.insert_tx(&events.rows("k", 0..5)).await;
+    all_sent(&outbox, 5, Duration::from_secs(60)).await;
+    let table = outbox.table.qualified();
+    outbox.exec(&format!("UPDATE {table} SET status = 3 WHERE event_id = '{}'", events.id("k", 4))).await;
+    let term = relay.metric("relay_leader_term") as u64;
+
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout(&cli(&stack, &outbox, &["status", "--json"]))).expect("JSON");
+    let holder = report["leader"]["holder"].as_str().unwrap_or_default().to_owned();
+    assert!(holder.contains(&format!(":{}:", relay.pid())), "the running relay leads: {report}");
+    assert_eq!(report["leader"]["term"].as_u64(), Some(term), "{report}");
+    assert!(report["leader"]["lease_remaining_ms"].as_i64().unwrap_or(-1) > 0, "{report}");
+    assert_eq!(report["rows"], serde_json::json!([["SENT", 4], ["FAILED", 1]]), "{report}");
+    assert_eq!(report["failed_keys"].as_u64(), Some(1), "{report}");
+    assert!(report["position"]["file"].as_str().is_some_and(|f| f.contains("bin")), "the mirrored position: {report}");
+    assert_eq!(report["position"]["term"].as_u64(), Some(term), "{report}");
+
+    assert_eq!(relay.stop(), Some(0));
+    let human = stdout(&cli(&stack, &outbox, &["status"]));
+    assert!(human.contains(&format!("none: the lease of term {term} ran out")), "released at the stop:\n{human}");
+    assert!(human.contains("SENT 4, FAILED 1"), "{human}");
 }

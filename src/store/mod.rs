@@ -1,16 +1,18 @@
 //! SQL on the primary: the schema (migrations), status write-back, the sweep's
 //! claims and leases, the leader lease whose term fences every write, and the
-//! operator's audited manual actions (requeue, skip, cleanup).
+//! operator's audited manual actions (requeue, skip, cleanup) and status report.
 
 mod claims;
 mod lease;
 mod manual;
+mod report;
 mod schema;
 mod status;
 
 pub use claims::{ClaimStore, Claimed, Cutoff, Malformed};
 pub use lease::{LeaseHolder, LeaseStore, TermFence};
 pub use manual::{Change, Cleanup, FailedFilter, FailedRow, Manual, Operator, Target};
+pub use report::{status_report, LeaderReport, PositionReport, StatusReport};
 pub use schema::{check_migrated, has_index, migrate, MigrationReport, NotMigrated, CLAIM_INDEX, KEY_ORDER_INDEX};
 pub use status::{Sent, StatusStore};
 
