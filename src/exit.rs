@@ -80,6 +80,10 @@ fn direct_class(e: &(dyn std::error::Error + 'static)) -> Option<ExitClass> {
 fn db_class(error: &DbError) -> ExitClass {
     match error {
         DbError::Unreachable { .. } => ExitClass::DependencyDown,
+        // A lock wait timeout or a deadlock passes: trying again helps.
+        DbError::Query { source: mysql_async::Error::Server(e), .. } if [1205, 1213].contains(&e.code) => {
+            ExitClass::DependencyDown
+        }
         DbError::Query { source: mysql_async::Error::Server(_), .. } => ExitClass::Environment,
         DbError::Query { .. } => ExitClass::DependencyDown,
         DbError::AccessDenied { .. } | DbError::DatabaseDenied { .. } | DbError::UnknownDatabase { .. } => {

@@ -11,10 +11,10 @@ use outbox_relay::config::{self, Config, DbUrl, LogFormat};
 use outbox_relay::relay::{self, outbox_table};
 use outbox_relay::store;
 use outbox_relay::{admin, db, exit};
-
-mod operator;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
+
+mod operator;
 
 #[derive(Parser)]
 #[command(

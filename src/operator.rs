@@ -16,10 +16,10 @@ use outbox_relay::store::{status_report, Change, FailedFilter, LeaseStore, Manua
 #[derive(Args)]
 pub struct ByWhom {
     /// Your name, as the audit row should show it.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     operator: String,
     /// Why (a ticket, an incident), as the audit row should show it.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     reason: String,
     /// Show what would change, change nothing.
     #[arg(long)]
@@ -54,87 +54,90 @@ pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<
     let table = outbox_table(config).qualified();
     // A server error (a missing table, a missing grant) classifies as exit 4.
     let on_primary = |e| db::DbError::query("primary", &config.primary.url, e);
-    let done = match action {
-        Action::Status => {
-            let lease = LeaseStore::new(pool.clone(), &outbox_table(config).schema, &config.lease_name());
-            let report =
-                status_report(&pool, &outbox_table(config), &lease).await.map_err(on_primary).with_context(|| {
-                    format!("reading the status of {table} (does it exist? `outbox-relay migrate` creates it)")
-                })?;
-            if json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                print_status(&report);
-            }
-            Ok(())
-        }
-        Action::List { limit, topic, key } => {
-            let rows = manual
-                .failed(&FailedFilter { limit, topic, biz_key: key })
-                .await
-                .map_err(on_primary)
-                .with_context(|| format!("listing FAILED rows of {table}"))?;
-            if json {
-                println!("{}", serde_json::to_string(&rows)?);
-            } else {
-                print_table(
-                    &["id", "event_id", "biz_key", "topic", "retries", "created_at", "last_error"],
-                    rows.iter()
-                        .map(|r| {
-                            vec![
-                                r.id.to_string(),
-                                r.event_id.clone(),
-                                r.biz_key.clone(),
-                                r.topic.clone(),
-                                r.retry_count.to_string(),
-                                r.created_at.clone(),
-                                r.last_error.chars().take(80).collect(),
-                            ]
-                        })
-                        .collect(),
-                );
-            }
-            Ok(())
-        }
-        Action::Requeue { which, by } => {
-            let target = if which.all_failed { Target::AllFailed } else { Target::Ids(which.ids) };
-            let change = manual.requeue(&target, &operator(&by), by.dry_run).await;
-            report_change(change.map_err(on_primary).with_context(|| format!("requeue in {table}"))?, json)
-        }
-        Action::Skip { ids, by } => {
-            let change = manual.skip(&Target::Ids(ids), &operator(&by), by.dry_run).await;
-            report_change(change.map_err(on_primary).with_context(|| format!("skip in {table}"))?, json)
-        }
-        Action::Cleanup { retention, batch, pace, by } => {
-            let interactive = std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let progress = |deleted: u64| {
-                if interactive {
-                    eprint!("\rdeleted {deleted} rows");
+    let done = async {
+        match action {
+            Action::Status => {
+                let lease = LeaseStore::new(pool.clone(), &outbox_table(config).schema, &config.lease_name());
+                let report =
+                    status_report(&pool, &outbox_table(config), &lease).await.map_err(on_primary).with_context(
+                        || format!("reading the status of {table} (does it exist? `outbox-relay migrate` creates it)"),
+                    )?;
+                if json {
+                    println!("{}", serde_json::to_string(&report)?);
+                } else {
+                    print_status(&report);
                 }
-            };
-            let cleaned = manual
-                .cleanup(retention, batch, pace, &operator(&by), by.dry_run, progress)
-                .await
-                .map_err(on_primary)
-                .with_context(|| format!("cleanup of {table}"))?;
-            if interactive && !by.dry_run {
-                eprintln!();
+                Ok(())
             }
-            if json {
-                println!("{}", serde_json::to_string(&cleaned)?);
-            } else if cleaned.dry_run {
-                println!("dry run: would delete {} SENT rows older than {}s", cleaned.deleted, retention.as_secs());
-            } else {
-                println!(
-                    "deleted {} SENT rows older than {}s in {} batches",
-                    cleaned.deleted,
-                    retention.as_secs(),
-                    cleaned.batches
-                );
+            Action::List { limit, topic, key } => {
+                let rows = manual
+                    .failed(&FailedFilter { limit, topic, biz_key: key })
+                    .await
+                    .map_err(on_primary)
+                    .with_context(|| format!("listing FAILED rows of {table}"))?;
+                if json {
+                    println!("{}", serde_json::to_string(&rows)?);
+                } else {
+                    print_table(
+                        &["id", "event_id", "biz_key", "topic", "retries", "created_at", "last_error"],
+                        rows.iter()
+                            .map(|r| {
+                                vec![
+                                    r.id.to_string(),
+                                    r.event_id.clone(),
+                                    r.biz_key.clone(),
+                                    r.topic.clone(),
+                                    r.retry_count.to_string(),
+                                    r.created_at.clone(),
+                                    r.last_error.chars().take(80).collect(),
+                                ]
+                            })
+                            .collect(),
+                    );
+                }
+                Ok(())
             }
-            Ok(())
+            Action::Requeue { which, by } => {
+                let target = if which.all_failed { Target::AllFailed } else { Target::Ids(which.ids) };
+                let change = manual.requeue(&target, &operator(&by), by.dry_run).await;
+                report_change(change.map_err(on_primary).with_context(|| format!("requeue in {table}"))?, json)
+            }
+            Action::Skip { ids, by } => {
+                let change = manual.skip(&Target::Ids(ids), &operator(&by), by.dry_run).await;
+                report_change(change.map_err(on_primary).with_context(|| format!("skip in {table}"))?, json)
+            }
+            Action::Cleanup { retention, batch, pace, by } => {
+                let interactive = std::io::IsTerminal::is_terminal(&std::io::stderr());
+                let progress = |deleted: u64| {
+                    if interactive {
+                        eprint!("\rdeleted {deleted} rows");
+                    }
+                };
+                let cleaned = manual
+                    .cleanup(retention, batch, pace, &operator(&by), by.dry_run, progress)
+                    .await
+                    .map_err(on_primary)
+                    .with_context(|| format!("cleanup of {table}"))?;
+                if interactive && !by.dry_run {
+                    eprintln!();
+                }
+                if json {
+                    println!("{}", serde_json::to_string(&cleaned)?);
+                } else if cleaned.dry_run {
+                    println!("dry run: would delete {} SENT rows older than {}s", cleaned.deleted, retention.as_secs());
+                } else {
+                    println!(
+                        "deleted {} SENT rows older than {}s in {} batches",
+                        cleaned.deleted,
+                        retention.as_secs(),
+                        cleaned.batches
+                    );
+                }
+                Ok(())
+            }
         }
-    };
+    }
+    .await;
     pool.disconnect().await.ok();
     done
 }
@@ -148,11 +151,16 @@ fn report_change(change: Change, json: bool) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&change)?);
         return Ok(());
     }
-    let ids: Vec<String> = change.ids.iter().map(u64::to_string).collect();
+    let list = |ids: &[u64]| ids.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
     match (change.dry_run, change.ids.is_empty()) {
-        (_, true) => println!("{}: no FAILED row among those given; nothing to do", change.action),
-        (true, false) => println!("dry run: would {} {} rows: {}", change.action, ids.len(), ids.join(", ")),
-        (false, false) => println!("{}: {} rows changed (audited): {}", change.action, ids.len(), ids.join(", ")),
+        (_, true) => println!("{}: no FAILED row to change; nothing to do", change.action),
+        (true, false) => println!("dry run: would {} {} rows: {}", change.action, change.ids.len(), list(&change.ids)),
+        (false, false) => {
+            println!("{}: {} rows changed (audited): {}", change.action, change.ids.len(), list(&change.ids))
+        }
+    }
+    if !change.not_failed.is_empty() {
+        println!("not FAILED, left alone: {}", list(&change.not_failed));
     }
     Ok(())
 }

@@ -109,14 +109,15 @@ async fn requeue_sends_a_failed_row_again_is_audited_and_a_second_call_changes_n
     let done = stdout(&cli(
         &stack,
         &outbox,
-        &["requeue", "--id", &first.to_string(), "--operator", "alice", "--reason", "INC-42"],
+        &["requeue", "--id", &first.to_string(), "--id", "999999999", "--operator", "alice", "--reason", "INC-42"],
     ));
-    assert!(done.contains("requeue: 1 rows changed"), "{done}");
+    assert!(done.contains("requeue: 1 rows changed") && done.contains("not FAILED, left alone: 999999999"), "{done}");
     let audit = audit_of(&outbox, first).await;
+    let before = "FAILED retry_count=0 last_error=broker said no";
     assert_eq!(
         audit,
-        [("alice".into(), "INC-42".into(), "requeue".into(), "FAILED".into(), "PENDING".into())],
-        "who, why and what"
+        [("alice".into(), "INC-42".into(), "requeue".into(), before.into(), "PENDING".into())],
+        "who, why, what before and after"
     );
     eventually("the requeued row SENT again", Duration::from_secs(60), || async {
         (status_of(&outbox, first).await == RowStatus::Sent.code()).then_some(())
@@ -165,10 +166,14 @@ async fn skip_releases_a_held_key_and_a_second_call_changes_nothing() {
         &["skip", "--id", &poisoned.to_string(), "--operator", "bob", "--reason", "bad payload"],
     ));
     assert!(done.contains("skip: 1 rows changed"), "{done}");
+    let audit = audit_of(&outbox, poisoned).await;
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    let (who, why, action, before, after) = &audit[0];
     assert_eq!(
-        audit_of(&outbox, poisoned).await,
-        [("bob".into(), "bad payload".into(), "skip".into(), "FAILED".into(), "SKIPPED".into())]
+        (who.as_str(), why.as_str(), action.as_str(), after.as_str()),
+        ("bob", "bad payload", "skip", "SKIPPED")
     );
+    assert!(before.starts_with("FAILED retry_count=1 last_error=") && before.len() > 40, "why it failed: {before}");
     eventually("the held key's rows SENT after the skip", Duration::from_secs(60), || async {
         (outbox.count_status(RowStatus::Sent).await == 5).then_some(())
     })
@@ -246,14 +251,16 @@ async fn cleanup_deletes_exactly_the_old_sent_rows_in_batches_while_the_relay_ru
         })
         .collect();
     assert_eq!(left, expected, "exactly the old SENT rows are gone");
-    let audited: Option<(String, String, String)> = conn
-        .exec_first(
-            "SELECT operator, action, result FROM app.outbox_relay_audit WHERE action = 'cleanup' AND target LIKE ?",
+    let audited: Vec<(String, String)> = conn
+        .exec(
+            "SELECT operator, result FROM app.outbox_relay_audit WHERE action = 'cleanup' AND target LIKE ? ORDER BY id",
             (format!("{table} %"),),
         )
         .await
         .expect("audit");
-    assert_eq!(audited, Some(("carol".into(), "cleanup".into(), "deleted 20 rows in 3 batches".into())));
+    let per_batch: Vec<(String, String)> =
+        [7, 7, 6].iter().map(|n| ("carol".to_owned(), format!("deleted {n} rows"))).collect();
+    assert_eq!(audited, per_batch, "one audit row per batch, with its count");
 
     let written = load.finish().await;
     consumed_all(&collector, &events, 30 + written, Duration::from_secs(120)).await;

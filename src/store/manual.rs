@@ -1,6 +1,6 @@
 //! What an operator does to the outbox table by hand: list FAILED rows, requeue or
 //! skip them, and delete SENT rows past their retention. Every change writes its
-//! `outbox_relay_audit` row (who, why, when, what before, what after, result) in the
+//! `outbox_relay_audit` rows (who, why, when, what before, what after, result) in the
 //! same transaction as the change itself, so there is no change without its record.
 //! Each action only touches rows in the state it expects (requeue and skip only
 //! FAILED rows, cleanup only SENT ones), which makes a repeated call a no-op.
@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Params, Pool, TxOpts, Value};
+use mysql_async::{IsolationLevel, Params, Pool, TxOpts, Value};
 use serde::Serialize;
 
 use outbox_kit::{truncate_utf8, OutboxTable, RowStatus};
@@ -54,6 +54,8 @@ pub enum Target {
 pub struct Change {
     pub action: &'static str,
     pub ids: Vec<u64>,
+    /// Ids given that were not FAILED (missing, or changed by someone else first): left alone.
+    pub not_failed: Vec<u64>,
     pub dry_run: bool,
 }
 
@@ -121,8 +123,11 @@ impl Manual {
         self.change_failed("skip", target, &set, RowStatus::Skipped, by, dry_run).await
     }
 
-    /// Applies `set` to the FAILED rows of `target` with one audit row each, in one
-    /// transaction; rows no longer FAILED are left alone.
+    /// Applies `set` to the FAILED rows of `target`, in transactions of at most
+    /// [`CHUNK`] rows, each with one audit row per row (its state before: retries and
+    /// last error); rows no longer FAILED are left alone and reported as such. READ
+    /// COMMITTED, so only the rows changed are locked, never the gaps the relay's
+    /// own write-backs need.
     async fn change_failed(
         &self,
         action: &'static str,
@@ -132,52 +137,100 @@ impl Manual {
         by: &Operator,
         dry_run: bool,
     ) -> Result<Change, mysql_async::Error> {
-        let table = self.outbox.qualified();
-        let (which, params) = match target {
-            Target::AllFailed => (String::new(), Vec::new()),
-            Target::Ids(ids) if ids.is_empty() => return Ok(Change { action, ids: Vec::new(), dry_run }),
-            Target::Ids(ids) => (
-                format!(" AND id IN ({})", vec!["?"; ids.len()].join(",")),
-                ids.iter().map(|id| Value::from(*id)).collect(),
-            ),
+        let found = self.failed_among(target).await?;
+        let not_failed = match target {
+            Target::Ids(ids) => ids.iter().copied().filter(|id| !found.contains(id)).collect(),
+            Target::AllFailed => Vec::new(),
         };
+        if dry_run {
+            return Ok(Change { action, ids: found, not_failed, dry_run });
+        }
+        let mut changed = Vec::with_capacity(found.len());
+        for chunk in found.chunks(CHUNK) {
+            changed.extend(self.change_chunk(action, chunk, set, to, by).await?);
+        }
+        let mut not_failed = not_failed;
+        not_failed.extend(found.iter().copied().filter(|id| !changed.contains(id)));
+        Ok(Change { action, ids: changed, not_failed, dry_run })
+    }
+
+    /// The ids of `target` that are FAILED now (a plain read: nothing is locked).
+    async fn failed_among(&self, target: &Target) -> Result<Vec<u64>, mysql_async::Error> {
+        let table = self.outbox.qualified();
         let mut conn = self.pool.get_conn().await?;
-        let mut tx = conn.start_transaction(TxOpts::default()).await?;
-        let rows: Vec<(u64, String)> = tx
+        match target {
+            Target::AllFailed => {
+                conn.query(format!("SELECT id FROM {table} WHERE status = {FAILED} ORDER BY id")).await
+            }
+            Target::Ids(ids) => {
+                let mut found = Vec::new();
+                for chunk in ids.chunks(CHUNK) {
+                    let sql = format!(
+                        "SELECT id FROM {table} WHERE status = {FAILED} AND id IN ({}) ORDER BY id",
+                        placeholders(chunk.len())
+                    );
+                    found.extend(conn.exec::<u64, _, _>(sql, id_params(chunk)).await?);
+                }
+                Ok(found)
+            }
+        }
+    }
+
+    /// One transaction: lock those of `ids` still FAILED, change them, audit each.
+    async fn change_chunk(
+        &self,
+        action: &'static str,
+        ids: &[u64],
+        set: &str,
+        to: RowStatus,
+        by: &Operator,
+    ) -> Result<Vec<u64>, mysql_async::Error> {
+        let table = self.outbox.qualified();
+        let mut conn = self.pool.get_conn().await?;
+        let mut options = TxOpts::default();
+        options.with_isolation_level(IsolationLevel::ReadCommitted);
+        let mut tx = conn.start_transaction(options).await?;
+        let rows: Vec<(u64, String, i64, Option<String>)> = tx
             .exec(
-                format!("SELECT id, event_id FROM {table} WHERE status = {FAILED}{which} ORDER BY id FOR UPDATE"),
-                Params::Positional(params),
+                format!(
+                    "SELECT id, event_id, retry_count, last_error FROM {table} WHERE status = {FAILED} AND id IN ({}) \
+                     ORDER BY id FOR UPDATE",
+                    placeholders(ids.len())
+                ),
+                id_params(ids),
             )
             .await?;
-        let ids: Vec<u64> = rows.iter().map(|(id, _)| *id).collect();
-        if dry_run || ids.is_empty() {
-            tx.rollback().await?;
-            return Ok(Change { action, ids, dry_run });
+        let locked: Vec<u64> = rows.iter().map(|r| r.0).collect();
+        if !locked.is_empty() {
+            tx.exec_drop(
+                format!("UPDATE {table} SET {set} WHERE status = {FAILED} AND id IN ({})", placeholders(locked.len())),
+                id_params(&locked),
+            )
+            .await?;
         }
-        let placeholders = vec!["?"; ids.len()].join(",");
-        tx.exec_drop(
-            format!("UPDATE {table} SET {set} WHERE status = {FAILED} AND id IN ({placeholders})"),
-            Params::Positional(ids.iter().map(|id| Value::from(*id)).collect()),
-        )
-        .await?;
-        for (id, event_id) in &rows {
+        for (id, event_id, retry_count, last_error) in &rows {
             let what = AuditEntry {
                 action,
                 target: format!("{table} id={id} event_id={event_id}"),
-                old_state: RowStatus::Failed.name().to_owned(),
+                old_state: format!(
+                    "{} retry_count={retry_count} last_error={}",
+                    RowStatus::Failed.name(),
+                    last_error.as_deref().unwrap_or("")
+                ),
                 new_state: to.name().to_owned(),
-                result: "changed".to_owned(),
+                result: format!("{action}: done"),
             };
             audit(&mut tx, &self.outbox, by, &what).await?;
         }
         tx.commit().await?;
-        Ok(Change { action, ids, dry_run })
+        Ok(locked)
     }
 
     /// Deletes SENT rows delivered more than `retention` ago (by `sent_at`, or
     /// `created_at` for rows without one), by primary key in batches of `batch`,
-    /// pausing `pace` between batches; never a row in any other status. `progress`
-    /// hears the running total after each batch. One audit row records the run.
+    /// pausing `pace` between batches; never a row in any other status. Each batch is
+    /// one transaction with its audit row, so a run cut short leaves a record of what
+    /// it deleted. `progress` hears the running total after each batch.
     pub async fn cleanup(
         &self,
         retention: Duration,
@@ -201,32 +254,43 @@ impl Manual {
         let (mut deleted, mut batches) = (0u64, 0u64);
         loop {
             let ids: Vec<u64> = conn
-                .query(format!("SELECT id FROM {table} WHERE {old_enough} ORDER BY id LIMIT {}", batch.max(1)))
+                .query(format!("SELECT id FROM {table} WHERE {old_enough} ORDER BY id LIMIT {}", batch.clamp(1, CHUNK)))
                 .await?;
-            if ids.is_empty() {
-                break;
-            }
-            let placeholders = vec!["?"; ids.len()].join(",");
-            conn.exec_drop(
-                format!("DELETE FROM {table} WHERE {old_enough} AND id IN ({placeholders})"),
-                Params::Positional(ids.iter().map(|id| Value::from(*id)).collect()),
+            let (Some(first), Some(last)) = (ids.first(), ids.last()) else { break };
+            let mut tx = conn.start_transaction(TxOpts::default()).await?;
+            tx.exec_drop(
+                format!("DELETE FROM {table} WHERE {old_enough} AND id IN ({})", placeholders(ids.len())),
+                id_params(&ids),
             )
             .await?;
-            deleted += conn.affected_rows();
+            let rows = tx.affected_rows();
+            let what = AuditEntry {
+                action: "cleanup",
+                target: format!("{table} ids {first}..={last}, SENT older than {}s", retention.as_secs()),
+                old_state: RowStatus::Sent.name().to_owned(),
+                new_state: "deleted".to_owned(),
+                result: format!("deleted {rows} rows"),
+            };
+            audit(&mut tx, &self.outbox, by, &what).await?;
+            tx.commit().await?;
+            deleted += rows;
             batches += 1;
             progress(deleted);
             tokio::time::sleep(pace).await;
         }
-        let what = AuditEntry {
-            action: "cleanup",
-            target: format!("{table} SENT rows older than {}s", retention.as_secs()),
-            old_state: RowStatus::Sent.name().to_owned(),
-            new_state: "deleted".to_owned(),
-            result: format!("deleted {deleted} rows in {batches} batches"),
-        };
-        audit(&mut conn, &self.outbox, by, &what).await?;
         Ok(Cleanup { deleted, batches, dry_run })
     }
+}
+
+/// Most rows one statement names (well below the server's 65,535 placeholders).
+const CHUNK: usize = 1_000;
+
+fn placeholders(n: usize) -> String {
+    vec!["?"; n].join(",")
+}
+
+fn id_params(ids: &[u64]) -> Params {
+    Params::Positional(ids.iter().map(|id| Value::from(*id)).collect())
 }
 
 /// One audit row's content besides who, why and when.
@@ -256,8 +320,8 @@ async fn audit(
             truncate_utf8(&by.reason, 1024),
             what.action,
             truncate_utf8(&what.target, 255),
-            &what.old_state,
-            &what.new_state,
+            truncate_utf8(&what.old_state, 255),
+            truncate_utf8(&what.new_state, 255),
             truncate_utf8(&what.result, 1024),
         ),
     )

@@ -23,6 +23,7 @@ const PENDING: u8 = RowStatus::Pending.code();
 const SENDING: u8 = RowStatus::Sending.code();
 const SENT: u8 = RowStatus::Sent.code();
 const FAILED: u8 = RowStatus::Failed.code();
+const SKIPPED: u8 = RowStatus::Skipped.code();
 
 /// Which row a write-back is for: the id alone could name another row after the
 /// table was truncated or recreated while the relay was behind, so every write-back

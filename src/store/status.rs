@@ -4,7 +4,7 @@
 //! PENDING and the sweep sends it again (a duplicate, never a loss). FAILED is
 //! written before the event counts as acknowledged, so the checkpoint never passes an
 //! event that is neither on the broker nor visibly FAILED in the table.
-//! Neither update touches a row that is already SENT.
+//! Neither update touches a row that is already SENT, or SKIPPED by an operator.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -13,7 +13,7 @@ use mysql_async::{Params, Pool, Value};
 
 use outbox_kit::{truncate_utf8, OutboxTable};
 
-use super::{keyed, RowKey, TermFence, FAILED, PENDING, SENDING, SENT};
+use super::{keyed, RowKey, TermFence, FAILED, PENDING, SENDING, SENT, SKIPPED};
 
 /// `last_error` column width.
 const LAST_ERROR_MAX: usize = 1024;
@@ -51,7 +51,7 @@ impl StatusStore {
         let sql = format!(
             "UPDATE {} o JOIN ({}) v ON o.id = v.id AND o.event_id = v.event_id {} \
              SET o.status = {SENT}, o.msg_id = v.msg_id, o.sent_at = FROM_UNIXTIME(v.sent_at), o.owner = NULL, \
-             o.lease_until = NULL WHERE o.status <> {SENT}",
+             o.lease_until = NULL WHERE o.status NOT IN ({SENT}, {SKIPPED})",
             self.outbox.qualified(),
             keyed(rows.len(), &["msg_id", "sent_at"]),
             self.fence.join()
@@ -93,7 +93,7 @@ impl StatusStore {
         let sql = format!(
             "UPDATE {} o JOIN ({}) v ON o.id = v.id AND o.event_id = v.event_id {} \
              SET o.status = {FAILED}, o.last_error = ?, o.retry_count = o.retry_count + 1, o.owner = NULL, \
-             o.lease_until = NULL WHERE o.status <> {SENT}",
+             o.lease_until = NULL WHERE o.status NOT IN ({SENT}, {SKIPPED})",
             self.outbox.qualified(),
             keyed(rows.len(), &[]),
             self.fence.join()
@@ -110,7 +110,7 @@ impl StatusStore {
         }
         let sql = format!(
             "UPDATE {} o {} SET o.status = {FAILED}, o.last_error = ?, o.retry_count = o.retry_count + 1, \
-             o.owner = NULL, o.lease_until = NULL WHERE o.id IN ({}) AND o.status <> {SENT}",
+             o.owner = NULL, o.lease_until = NULL WHERE o.id IN ({}) AND o.status NOT IN ({SENT}, {SKIPPED})",
             self.outbox.qualified(),
             self.fence.join(),
             vec!["?"; ids.len()].join(",")
