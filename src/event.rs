@@ -1,6 +1,7 @@
 //! The unit that flows through the pipeline: one outbox row to publish.
 
 use bytes::Bytes;
+use mysql_async::Value;
 
 /// One outbox row, as read from the binlog or claimed by the sweep.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +15,17 @@ pub struct OutboxEvent {
     pub topic: String,
     /// The message body, sent as is.
     pub payload: Bytes,
+    /// The row's `created_at` in milliseconds, read as if the database's local time
+    /// were UTC (a DATETIME carries no zone); `None` for a table without the column.
+    pub created_local_ms: Option<i64>,
+}
+
+/// A DATETIME value as milliseconds, read as if it were UTC; `None` for anything else.
+pub fn local_millis(value: &Value) -> Option<i64> {
+    let Value::Date(year, month, day, hour, minute, second, micros) = *value else { return None };
+    let date = chrono::NaiveDate::from_ymd_opt(i32::from(year), u32::from(month), u32::from(day))?;
+    let time = date.and_hms_micro_opt(u32::from(hour), u32::from(minute), u32::from(second), micros)?;
+    Some(time.and_utc().timestamp_millis())
 }
 
 #[cfg(test)]
@@ -26,6 +38,19 @@ impl OutboxEvent {
             biz_key: "k".into(),
             topic: "t".into(),
             payload: Bytes::from_static(b"{}"),
+            created_local_ms: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_datetime_is_read_to_the_millisecond() {
+        let value = Value::Date(2026, 12, 1, 10, 30, 5, 123_456);
+        assert_eq!(local_millis(&value), Some(1_796_121_005_123));
+        assert_eq!(local_millis(&Value::Int(5)), None);
     }
 }

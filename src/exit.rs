@@ -6,15 +6,18 @@
 //! | 1 | a bug: a task panicked, or an unexpected internal error | read the log line, file a bug; restarting is safe |
 //! | 2 | bad configuration or usage | fix the key the message names |
 //! | 3 | a dependency is unreachable (database, broker) | start it / fix the address; restarting is safe |
-//! | 4 | the environment is wrong (credentials, database name, MySQL settings, privileges, topic, table) | fix what the message names; restarting before that cannot help |
+//! | 4 | the environment is wrong (credentials, database name, MySQL settings, privileges, topic, table), or `check` found a FAIL | fix what the message names; restarting before that cannot help |
 //! | 5 | the local checkpoint is unreadable | move the checkpoint directory aside (the message says what follows) |
 //! | 6 | a second SIGTERM / Ctrl-C during the drain: stopped at once | nothing: the next leader resumes from the last checkpoint (duplicates at most, no loss) |
+//! | 7 | `reconcile` found differences between the outbox and the consumer's dedup table | look into the events it lists |
 
 use crate::config::ConfigError;
 use crate::db::DbError;
 use crate::error::RelayError;
+use crate::position::PositionError;
 use crate::rocketmq::PublishError;
 use crate::source::binlog::PreflightError;
+use crate::store::{DifferencesFound, WindowError};
 
 /// The classes of exit, each with its code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +31,8 @@ pub enum ExitClass {
     Checkpoint = 5,
     /// A second stop signal cut the drain short.
     Interrupted = 6,
+    /// `reconcile` ran and found events on one side only.
+    Differences = 7,
 }
 
 impl ExitClass {
@@ -55,8 +60,14 @@ pub fn class_for(error: &(dyn std::error::Error + 'static)) -> ExitClass {
 }
 
 fn direct_class(e: &(dyn std::error::Error + 'static)) -> Option<ExitClass> {
-    if e.is::<ConfigError>() {
+    if e.is::<ConfigError>() || e.is::<WindowError>() {
         return Some(ExitClass::Config);
+    }
+    if e.is::<DifferencesFound>() {
+        return Some(ExitClass::Differences);
+    }
+    if let Some(position) = e.downcast_ref::<PositionError>() {
+        return Some(position_class(position));
     }
     if let Some(db) = e.downcast_ref::<DbError>() {
         return Some(db_class(db));
@@ -89,6 +100,17 @@ fn db_class(error: &DbError) -> ExitClass {
         DbError::AccessDenied { .. } | DbError::DatabaseDenied { .. } | DbError::UnknownDatabase { .. } => {
             ExitClass::Environment
         }
+    }
+}
+
+fn position_class(error: &PositionError) -> ExitClass {
+    match error {
+        PositionError::PollMode => ExitClass::Config,
+        PositionError::LeaderRunning { .. } | PositionError::LocalIsNewer { .. } | PositionError::NoServer => {
+            ExitClass::Environment
+        }
+        PositionError::LocalNotRewritten(_) | PositionError::Checkpoint(_) => ExitClass::Checkpoint,
+        PositionError::Db(db) => db_class(db),
     }
 }
 

@@ -17,12 +17,14 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::health::Health;
+use crate::metrics::RelayMetrics;
 use outbox_kit::render_metrics as render;
 
 /// What the endpoint serves.
 #[derive(Clone)]
 struct Served {
     registry: Arc<Registry>,
+    metrics: RelayMetrics,
     health: Health,
 }
 
@@ -30,21 +32,23 @@ struct Served {
 pub async fn bind(
     listen: &str,
     registry: Arc<Registry>,
+    metrics: RelayMetrics,
     health: Health,
     stop: CancellationToken,
 ) -> std::io::Result<(SocketAddr, impl Future<Output = std::io::Result<()>>)> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let address = listener.local_addr()?;
     let app = Router::new()
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(render_metrics))
         .route("/readyz", get(readyz))
         .route("/healthz", get(healthz))
-        .with_state(Served { registry, health });
+        .with_state(Served { registry, metrics, health });
     let server = async move { axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await };
     Ok((address, server))
 }
 
-async fn metrics(State(served): State<Served>) -> impl IntoResponse {
+async fn render_metrics(State(served): State<Served>) -> impl IntoResponse {
+    served.metrics.refresh(served.health.readiness().ready);
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], render(&served.registry))
 }
 

@@ -11,8 +11,10 @@
 //! - [`relay`]: runs the relay ([`relay::run`]); its [`relay::route`] is the documented
 //!   `hash(biz_key) % queue_count`;
 //! - [`store`]: SQL on the primary, including `migrate`;
+//! - [`position`]: the relay's binlog position as an operator sees and sets it;
 //! - [`rocketmq`]: the synchronous producer (SEND_OK only);
 //! - [`admin`]: operator actions on the broker (create topic, find by key, test send);
+//! - [`check`]: every check the relay makes at start, in one report (`outbox-relay check`);
 //! - [`db`], [`event`], [`exit`]: connections, the outbox event, exit codes.
 //!
 //! The pipeline inside, upstream to downstream (imports point only that way):
@@ -28,6 +30,7 @@
 
 pub mod admin;
 pub(crate) mod backoff;
+pub mod check;
 pub(crate) mod checkpoint;
 pub mod config;
 pub mod db;
@@ -44,4 +47,5 @@ pub mod relay;
 pub mod rocketmq;
 pub(crate) mod source;
 pub mod store;
+pub use checkpoint::position;
 mod supervise;

@@ -25,6 +25,9 @@ mod operator;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log line format, `text` or `json`, for every command; overrides the config's log.format.
+    #[arg(long, global = true, value_parser = parse_log_format)]
+    log_format: Option<LogFormat>,
 }
 
 #[derive(Args)]
@@ -53,6 +56,14 @@ enum Command {
     Admin(AdminCommand),
     /// Where the relay of the configured table stands: leader, position, rows, backlog.
     Status {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every start check in one report: source settings, grants, tables, broker and
+    /// topics, one line each (ok, warn, FAIL with the fix); exits 4 on any FAIL.
+    Check {
         #[command(flatten)]
         config: ConfigArg,
         #[arg(long)]
@@ -97,6 +108,41 @@ enum Command {
         /// Pause between batches, milliseconds.
         #[arg(long, default_value_t = 50)]
         pace_ms: u64,
+        #[command(flatten)]
+        by: operator::ByWhom,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compare SENT outbox rows with the consumer kit's dedup table in a time window;
+    /// lists events on one side only (reads only; exit 7 when there are any).
+    Reconcile {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[command(flatten)]
+        args: operator::ReconcileArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The relay's binlog position: local checkpoint, mirror and leader.
+    #[command(subcommand)]
+    Position(PositionCommand),
+}
+
+#[derive(Subcommand)]
+enum PositionCommand {
+    /// The local RocksDB checkpoint, the mirrored one on the primary and who leads.
+    Show {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set where the relay resumes (mirror and local checkpoint; audited).
+    Set {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[command(flatten)]
+        target: operator::PositionTarget,
         #[command(flatten)]
         by: operator::ByWhom,
         #[arg(long)]
@@ -161,10 +207,17 @@ enum AdminCommand {
 static LOGGING: std::sync::OnceLock<()> = std::sync::OnceLock::new();
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    let log_format = cli.log_format;
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             let code = exit::code_for(error.as_ref());
+            // A failure before logging was set up (the configuration) is logged as
+            // asked for on the command line; plain text needs no logger.
+            if LOGGING.get().is_none() && log_format == Some(LogFormat::Json) {
+                init_logging("error", LogFormat::Json);
+            }
             if LOGGING.get().is_some() {
                 tracing::error!(exit_code = code, "{error:#}");
             } else {
@@ -177,17 +230,19 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let load_config = |arg: &ConfigArg| load_config(arg, cli.log_format);
     match cli.command {
         Command::Config(arg) => print_config(&load_config(&arg)?),
         Command::Migrate { config, admin_url } => runtime.block_on(migrate(&load_config(&config)?, admin_url)),
         Command::Run(arg) => runtime.block_on(run_relay(&load_config(&arg)?)),
         Command::Admin(command) => {
-            init_logging("warn", LogFormat::Text);
+            init_logging("warn", cli.log_format.unwrap_or(LogFormat::Text));
             runtime.block_on(run_admin(command))
         }
         Command::Status { config, json } => {
             runtime.block_on(operator::run(&load_config(&config)?, operator::Action::Status, json))
         }
+        Command::Check { config, json } => runtime.block_on(operator::check(&load_config(&config)?, json)),
         Command::Failed(FailedCommand::List { config, limit, topic, key, json }) => {
             let action = operator::Action::List { limit, topic, key };
             runtime.block_on(operator::run(&load_config(&config)?, action, json))
@@ -203,13 +258,34 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 operator::Action::Cleanup { retention, batch, pace: std::time::Duration::from_millis(pace_ms), by };
             runtime.block_on(operator::run(&load_config(&config)?, action, json))
         }
+        Command::Reconcile { config, args, json } => {
+            runtime.block_on(operator::run(&load_config(&config)?, operator::Action::Reconcile(args), json))
+        }
+        Command::Position(PositionCommand::Show { config, json }) => {
+            runtime.block_on(operator::run(&load_config(&config)?, operator::Action::PositionShow, json))
+        }
+        Command::Position(PositionCommand::Set { config, target, by, json }) => {
+            let action = operator::Action::PositionSet { target, by };
+            runtime.block_on(operator::run(&load_config(&config)?, action, json))
+        }
     }
 }
 
-fn load_config(arg: &ConfigArg) -> anyhow::Result<Config> {
+/// Loads the configuration and sets up logging: `log_format` (from the command line)
+/// over the file's `log.format`.
+fn load_config(arg: &ConfigArg, log_format: Option<LogFormat>) -> anyhow::Result<Config> {
     let config = config::load(&arg.config)?;
-    init_logging(&config.log.level, config.log.format);
+    init_logging(&config.log.level, log_format.unwrap_or(config.log.format));
     Ok(config)
+}
+
+/// `--log-format`: `text` or `json`.
+fn parse_log_format(text: &str) -> Result<LogFormat, String> {
+    match text {
+        "text" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        _ => Err(format!("{text:?}: give text or json")),
+    }
 }
 
 fn print_config(config: &Config) -> anyhow::Result<()> {

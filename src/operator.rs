@@ -1,16 +1,23 @@
 //! The operator commands of the `outbox-relay` binary: `status`, `failed list`,
-//! `requeue`, `skip` and `cleanup` over the library's `store`. Human output by default
-//! (aligned columns), `--json` for scripts; every change needs `--operator` and
-//! `--reason`, which go into its audit row, and `--dry-run` shows what would change.
+//! `requeue`, `skip`, `cleanup` and `reconcile` over the library's `store`,
+//! `position show`/`set` over its `position`, and `check` over its `check`. Human
+//! output by default (aligned columns), `--json` for scripts; every change needs
+//! `--operator` and `--reason`, which go into its audit row, and `--dry-run` shows
+//! what would change.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use outbox_relay::config::Config;
+use mysql_async::Pool;
+use outbox_relay::config::{Config, DbUrl};
 use outbox_relay::db;
+use outbox_relay::position::{self, LocalOutcome, LocalState, NewPosition, PositionChange, PositionView, Positions};
 use outbox_relay::relay::outbox_table;
-use outbox_relay::store::{status_report, Change, FailedFilter, LeaseStore, Manual, Operator, StatusReport, Target};
+use outbox_relay::store::{
+    status_report, Change, DedupTable, Differences, FailedFilter, LeaderReport, LeaseStore, Manual, Operator,
+    PositionReport, Reconcile, Side, StatusReport, Target, UtcTime, Window,
+};
 
 /// Who makes the change and why; both are recorded in `outbox_relay_audit`.
 #[derive(Args)]
@@ -38,6 +45,41 @@ pub struct Which {
     pub all_failed: bool,
 }
 
+/// The window and the consumer's side of `reconcile`.
+#[derive(Args)]
+pub struct ReconcileArgs {
+    /// Start of the window (included), UTC: RFC 3339, or YYYY-MM-DD[ HH:MM:SS].
+    #[arg(long, value_parser = UtcTime::parse)]
+    since: UtcTime,
+    /// End of the window (excluded), UTC: RFC 3339, or YYYY-MM-DD[ HH:MM:SS].
+    #[arg(long, value_parser = UtcTime::parse)]
+    until: UtcTime,
+    /// The consumer's database URL; default: primary.url, with the dedup table in the
+    /// outbox table's schema.
+    #[arg(long, env = "OUTBOX_RELAY_CONSUMER_DB", hide_env_values = true)]
+    consumer_db: Option<String>,
+    /// The consumer kit's dedup table: `table` (in --consumer-db's database) or `schema.table`.
+    #[arg(long, default_value = "event_dedup", value_parser = DedupTable::parse)]
+    consumer_table: DedupTable,
+}
+
+/// Where `position set` puts the relay: a GTID position, or a file and offset.
+#[derive(Args)]
+pub struct PositionTarget {
+    /// A MariaDB GTID list (domain-server-seq[,...]) or a MySQL GTID set (uuid:interval[,...]).
+    #[arg(long, value_parser = position::parse_gtid, required_unless_present = "file", conflicts_with = "file")]
+    gtid: Option<String>,
+    /// A binlog file of the checkpoint's source server, e.g. mysql-bin.000123.
+    #[arg(long, value_parser = position::parse_binlog_file, requires = "pos")]
+    file: Option<String>,
+    /// The offset in --file (4 is its first event).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(4..), requires = "file")]
+    pos: Option<u64>,
+    /// Set it even while a relay holds the leader lease: its term ends and it steps down.
+    #[arg(long)]
+    force: bool,
+}
+
 /// What a manual command does, once its arguments are read.
 pub enum Action {
     Status,
@@ -45,6 +87,9 @@ pub enum Action {
     Requeue { which: Which, by: ByWhom },
     Skip { ids: Vec<u64>, by: ByWhom },
     Cleanup { retention: Duration, batch: usize, pace: Duration, by: ByWhom },
+    Reconcile(ReconcileArgs),
+    PositionShow,
+    PositionSet { target: PositionTarget, by: ByWhom },
 }
 
 /// Runs `action` against the primary and outbox table of `config`; prints the result.
@@ -135,11 +180,154 @@ pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<
                 }
                 Ok(())
             }
+            Action::Reconcile(args) => reconcile(config, &pool, args, json).await,
+            Action::PositionShow => {
+                let positions = Positions::new(config, outbox_table(config), pool.clone());
+                let view = positions.show().await.context("reading the relay's position")?;
+                if json {
+                    println!("{}", serde_json::to_string(&view)?);
+                } else {
+                    print_position(&view);
+                }
+                Ok(())
+            }
+            Action::PositionSet { target, by } => {
+                let to = match (target.gtid, target.file, target.pos) {
+                    (Some(gtid), _, _) => NewPosition::Gtid(gtid),
+                    (None, Some(file), Some(pos)) => NewPosition::File { file, pos },
+                    _ => anyhow::bail!("give --gtid G, or --file F with --pos P"),
+                };
+                let positions = Positions::new(config, outbox_table(config), pool.clone());
+                let change = positions
+                    .set(&to, &operator(&by), target.force, by.dry_run)
+                    .await
+                    .with_context(|| format!("setting the position of the relay of {table}"))?;
+                if json {
+                    println!("{}", serde_json::to_string(&change)?);
+                } else {
+                    print_position_change(&change);
+                }
+                Ok(())
+            }
         }
     }
     .await;
     pool.disconnect().await.ok();
     done
+}
+
+/// `reconcile`: compares, prints the differences, and fails with their exit code when
+/// there are any.
+async fn reconcile(config: &Config, pool: &Pool, args: ReconcileArgs, json: bool) -> anyhow::Result<()> {
+    let window = Window::new(args.since, args.until)?;
+    let outbox = outbox_table(config);
+    let consumer_url = args.consumer_db.map(DbUrl::new);
+    let consumer_pool = match &consumer_url {
+        Some(url) => Some(
+            db::connect("consumer", url, 1).await.context("connecting to the consumer database of --consumer-db")?,
+        ),
+        None => None,
+    };
+    let primary = Side { role: "primary", pool, url: &config.primary.url };
+    let (consumer, dedup) = match (&consumer_pool, &consumer_url) {
+        (Some(pool), Some(url)) => (Side { role: "consumer", pool, url }, args.consumer_table),
+        _ => (primary, args.consumer_table.in_schema(&outbox.schema)),
+    };
+    let interactive = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let compared = Reconcile { primary, outbox: &outbox, consumer, dedup: &dedup }
+        .run(&window, |read| {
+            if interactive {
+                eprint!("\rread {} outbox rows, {} dedup rows", read.outbox_rows, read.dedup_rows);
+            }
+        })
+        .await
+        .with_context(|| {
+            format!(
+                "reconciling {} with the consumer's dedup table {dedup} (the consumer kit creates it; name it with --consumer-table and, in another database, --consumer-db)",
+                outbox.qualified()
+            )
+        });
+    if interactive {
+        eprintln!();
+    }
+    if let Some(pool) = consumer_pool {
+        pool.disconnect().await.ok();
+    }
+    let found = compared?;
+    if json {
+        println!("{}", serde_json::to_string(&found)?);
+    } else {
+        print_differences(&found, &outbox.qualified(), &dedup);
+    }
+    Ok(found.verdict()?)
+}
+
+fn print_differences(found: &Differences, outbox: &str, dedup: &DedupTable) {
+    print_table(
+        &["", ""],
+        vec![
+            vec!["window".into(), format!("{} .. {} (UTC, end excluded)", found.since, found.until)],
+            vec!["SENT in the outbox".into(), format!("{} rows of {outbox}", found.sent_checked)],
+            vec!["handled by the consumer".into(), format!("{} rows of {dedup}", found.processed_checked)],
+        ],
+    );
+    for (what, ids) in [
+        ("sent but never processed", &found.sent_not_processed),
+        ("processed but unknown to the outbox", &found.processed_unknown),
+    ] {
+        println!("{what}: {}", ids.len());
+        for id in ids {
+            println!("  {id}");
+        }
+    }
+}
+
+fn print_position(view: &PositionView) {
+    let path = view.local.path.display();
+    let local = match &view.local.state {
+        LocalState::Absent => format!("none at {path}"),
+        LocalState::Empty => format!("{path}: no checkpoint saved yet"),
+        LocalState::Saved { position: p } => {
+            let server = if p.server.is_empty() { "?" } else { &p.server };
+            format!("{} (server {server}) at {path}", describe_place(&p.file, p.pos, p.gtid.as_deref()))
+        }
+        LocalState::Unreadable { error } => format!("{path}: unreadable: {error}"),
+    };
+    print_table(
+        &["", ""],
+        vec![
+            vec!["local".into(), local],
+            vec!["mirror".into(), describe_mirror(view.mirror.as_ref())],
+            vec!["leader".into(), describe_leader(view.leader.as_ref())],
+        ],
+    );
+}
+
+fn print_position_change(change: &PositionChange) {
+    let after = &change.after;
+    let new = describe_place(&after.file, after.pos, after.gtid.as_deref());
+    let was = describe_mirror(change.before.as_ref());
+    if change.dry_run {
+        println!("dry run: would set the mirrored position to {new} (now {was})");
+    } else {
+        println!("position set (audited): mirror now {new}, was {was}");
+    }
+    if let Some(ended) = &change.ended_term {
+        let what = if ended.was_leading {
+            "it was leading: it steps down and starts again from the newer of its local checkpoint and this position"
+        } else {
+            "no leader was running"
+        };
+        println!("ended lease term {} of {} ({what})", ended.term, ended.holder);
+    }
+    let path = change.local_path.display();
+    match change.local {
+        LocalOutcome::NotPresent => println!("local checkpoint: none at {path} on this host"),
+        LocalOutcome::Rewritten => println!("local checkpoint at {path}: rewritten to the same position"),
+        LocalOutcome::InUse => println!(
+            "local checkpoint at {path}: held by a running relay and not further, so left; the mirror was set and that relay takes it at its next leader term"
+        ),
+    }
 }
 
 fn operator(by: &ByWhom) -> Operator {
@@ -165,9 +353,9 @@ fn report_change(change: Change, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints the status report as labelled lines.
-fn print_status(report: &StatusReport) {
-    let leader = match &report.leader {
+/// Who leads, as a status line shows it.
+fn describe_leader(leader: Option<&LeaderReport>) -> String {
+    match leader {
         Some(l) if l.lease_remaining_ms >= 0 => {
             format!("{} (term {}, lease {:.1} s left)", l.holder, l.term, l.lease_remaining_ms as f64 / 1e3)
         }
@@ -175,15 +363,36 @@ fn print_status(report: &StatusReport) {
             format!("none: the lease of term {} ran out {:.1} s ago", l.term, -l.lease_remaining_ms as f64 / 1e3)
         }
         None => "none: no instance has held the lease yet".to_owned(),
-    };
-    let position = report.position.as_ref().map_or_else(
+    }
+}
+
+/// The mirrored checkpoint, as a status line shows it.
+fn describe_mirror(position: Option<&PositionReport>) -> String {
+    position.map_or_else(
         || "none mirrored yet".to_owned(),
         |p| {
-            let gtid = p.gtid.as_deref().map(|g| format!(" gtid {g}")).unwrap_or_default();
-            let server = p.server.as_deref().unwrap_or("?");
-            format!("{}:{}{gtid} (server {server}, term {}, at {})", p.file, p.pos, p.term, p.updated_at)
+            let server = p.server.as_deref().filter(|s| !s.is_empty()).unwrap_or("?");
+            let place = describe_place(&p.file, p.pos, p.gtid.as_deref());
+            format!("{place} (server {server}, term {}, at {})", p.term, p.updated_at)
         },
-    );
+    )
+}
+
+/// `file:pos gtid G`; a position set by GTID alone has no file until the relay reads on.
+fn describe_place(file: &str, pos: u64, gtid: Option<&str>) -> String {
+    let gtid = gtid.map(|g| format!("gtid {g}"));
+    match (file.is_empty(), gtid) {
+        (false, Some(gtid)) => format!("{file}:{pos} {gtid}"),
+        (false, None) => format!("{file}:{pos}"),
+        (true, Some(gtid)) => gtid,
+        (true, None) => "nowhere".to_owned(),
+    }
+}
+
+/// Prints the status report as labelled lines.
+fn print_status(report: &StatusReport) {
+    let leader = describe_leader(report.leader.as_ref());
+    let position = describe_mirror(report.position.as_ref());
     let rows: Vec<String> = report.rows.iter().map(|(name, n)| format!("{name} {n}")).collect();
     print_table(
         &["", ""],
@@ -196,6 +405,39 @@ fn print_status(report: &StatusReport) {
             vec!["failed keys".into(), report.failed_keys.to_string()],
         ],
     );
+}
+
+/// `outbox-relay check`: every check as one line (or the list as JSON). Any FAIL is
+/// an error of the environment class, so the command exits 4 after the report.
+pub async fn check(config: &Config, json: bool) -> anyhow::Result<()> {
+    let report = outbox_relay::check::run(config).await;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_table(
+            &["result", "check", "found", "fix"],
+            report
+                .findings
+                .iter()
+                .map(|f| {
+                    vec![
+                        f.level.label().to_owned(),
+                        format!("{} {}", f.group.label(), f.name),
+                        f.found.clone(),
+                        f.fix.clone().unwrap_or_default(),
+                    ]
+                })
+                .collect(),
+        );
+    }
+    match report.failures() {
+        0 => Ok(()),
+        failed => Err(outbox_relay::relay::RelayError::Environment(format!(
+            "{failed} of {} checks FAILED; each FAIL line above names its fix",
+            report.findings.len()
+        ))
+        .into()),
+    }
 }
 
 /// Prints `rows` under `header` in aligned columns (no header line when it is blank).

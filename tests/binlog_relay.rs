@@ -244,7 +244,11 @@ async fn rows_committed_while_the_relay_is_stopped_stay_pending_then_are_sent_on
 
     assert!(relay.http_get("/healthz").starts_with("HTTP/1.0 200"), "health endpoint answers 200");
     let metrics = relay.http_get("/metrics");
-    for line in ["relay_events_sent_total 20", "relay_events_failed_total 0", "outbox_oldest_pending_seconds"] {
+    for line in [
+        "relay_events_published_total{path=\"binlog\"} 20",
+        "relay_failed_total{reason=\"retries_exhausted\"} 0",
+        "outbox_oldest_pending_seconds",
+    ] {
         assert!(metrics.contains(line), "{line} missing from /metrics:\n{metrics}");
     }
     assert_eq!(relay.stop(), Some(0));

@@ -1,6 +1,7 @@
 //! The binary's edge: bad configuration, unreachable databases and wrong credentials
 //! give one line that names the key, the address or the user, and the exit code of
-//! their class (2 config, 3 unreachable, 4 wrong credentials or database name).
+//! their class (2 config, 3 unreachable, 4 wrong credentials or database name);
+//! `--log-format json` makes that line a JSON object, and no password is ever shown.
 
 use std::process::{Command, Output};
 
@@ -119,4 +120,50 @@ fn a_database_that_does_not_exist_exits_4_naming_it_and_the_key() {
     let text = run_expecting_4(&[("OUTBOX_RELAY__PRIMARY__URL", &url)]);
     assert!(text.contains("no_such_db") && text.contains("primary.url") && text.contains("outbox_writer"), "{text}");
     assert!(!text.contains("writer-secret"), "password leaked: {text}");
+}
+
+#[test]
+fn log_format_json_makes_every_error_a_json_line_and_no_command_shows_the_password() {
+    const PASSWORD: &str = "Pw-7c1e9b-distinctive";
+    let url = format!("mysql://w:{PASSWORD}@127.0.0.1:1/app");
+    let env = [("OUTBOX_RELAY__PRIMARY__URL", url.as_str())];
+    let json_lines = |output: &Output| -> Vec<serde_json::Value> {
+        stderr(output)
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}")))
+            .collect()
+    };
+    let runs = [
+        (vec!["--log-format", "json", "status"], Some(3)),
+        (vec!["failed", "list", "--log-format", "json"], Some(3)),
+        (vec!["position", "show", "--log-format", "json"], Some(3)),
+        (vec!["reconcile", "--since", "2024-05-01", "--until", "2024-05-02", "--log-format", "json"], Some(3)),
+        (vec!["config", "--log-format", "json"], Some(0)),
+    ];
+    for (args, code) in &runs {
+        let output = relay(args, EXAMPLE, &env);
+        let out = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(output.status.code(), *code, "{args:?}: {}", stderr(&output));
+        assert!(!out.contains(PASSWORD) && !stderr(&output).contains(PASSWORD), "{args:?} leaked the password");
+        let lines = json_lines(&output);
+        if *code == Some(0) {
+            assert!(out.contains("w:***@127.0.0.1:1"), "{out}");
+            continue;
+        }
+        let last = lines.last().unwrap_or_else(|| panic!("{args:?}: no error line"));
+        assert_eq!(last["level"], "ERROR", "{last}");
+        assert_eq!(last["fields"]["exit_code"], 3, "{last}");
+        let message = last["fields"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("127.0.0.1:1") && message.contains("primary.url"), "{last}");
+    }
+    // A configuration error comes before logging is set up: a JSON line all the same.
+    let broken = relay(&["config", "--log-format", "json"], &EXAMPLE.replace("server_id = 4242", ""), &env);
+    assert_eq!(broken.status.code(), Some(2), "{}", stderr(&broken));
+    let lines = json_lines(&broken);
+    assert!(
+        lines.len() == 1 && lines[0]["fields"]["message"].as_str().is_some_and(|m| m.contains("server_id")),
+        "{lines:?}"
+    );
+    assert!(!stderr(&broken).contains(PASSWORD));
 }

@@ -194,7 +194,7 @@ async fn a_binlog_purged_while_the_relay_is_stopped_is_reported_swept_and_nothin
     collector.wait_distinct(&format!("{prefix}-"), 220, Duration::from_secs(60)).await;
     let log = relay.log_text();
     assert!(log.contains("binlog position lost"), "the loss is reported:\n{log}");
-    assert_eq!(relay.metric("relay_binlog_position_lost_total"), 1.0, "and counted");
+    assert_eq!(relay.metric("relay_position_lost_total"), 1.0, "and counted");
     // Tailing resumed at the current position: new rows take the binlog path again.
     outbox.insert_tx(&rows(&prefix, &topic, 220, 230)).await;
     eventually("rows after the recovery SENT", Duration::from_secs(60), || async {
@@ -241,18 +241,22 @@ async fn a_broker_outage_longer_than_the_retry_budget_fails_nothing_and_keeps_ev
     let outage = BrokerOutage::begin().await;
     let body = relay.wait_readiness(false, Duration::from_secs(20)).await;
     assert!(body.contains("broker"), "/readyz names the broker: {body}");
-    let sent_before = relay.metric("relay_events_sent_total");
+    let sent_before = relay.metric_sum("relay_events_published_total");
     let outage_ends = tokio::time::Instant::now() + Duration::from_secs(12);
     while tokio::time::Instant::now() < outage_ends {
         assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "a row was marked FAILED during an outage");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    assert_eq!(relay.metric("relay_events_sent_total"), sent_before, "nothing is SEND_OK while the broker is down");
+    assert_eq!(
+        relay.metric_sum("relay_events_published_total"),
+        sent_before,
+        "nothing is SEND_OK while the broker is down"
+    );
 
     drop(outage); // the broker is back and has answered a test send
     let back = tokio::time::Instant::now();
     eventually("the first SEND_OK after the broker's return", Duration::from_secs(30), || async {
-        (relay.metric("relay_events_sent_total") > sent_before).then_some(())
+        (relay.metric_sum("relay_events_published_total") > sent_before).then_some(())
     })
     .await;
     let resumed = back.elapsed();
@@ -350,4 +354,176 @@ async fn a_full_sweep_with_a_flapping_broker_keeps_every_keys_order() {
     assert_per_key_order(&stack, &events.topic, &deliveries).await;
     assert_eq!(relay.stop(), Some(0));
     collector.shutdown().await;
+}
+
+/// The replica's SQL thread, stopped until dropped (also when the test fails, so the
+/// stack's replica applies again for every later test).
+struct SqlThreadStopped {
+    replica_root_url: String,
+}
+
+impl SqlThreadStopped {
+    async fn begin(stack: &Stack) -> Self {
+        let pool = stack.replica_pool().await;
+        pool.get_conn()
+            .await
+            .expect("replica")
+            .query_drop("STOP SLAVE SQL_THREAD")
+            .await
+            .expect("STOP SLAVE SQL_THREAD");
+        pool.disconnect().await.ok();
+        Self { replica_root_url: stack.replica_root_url.clone() }
+    }
+}
+
+impl Drop for SqlThreadStopped {
+    fn drop(&mut self) {
+        let url = self.replica_root_url.clone();
+        let started = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            runtime.block_on(async {
+                let mut conn = mysql_async::Conn::from_url(url).await?;
+                conn.query_drop("START SLAVE SQL_THREAD").await?;
+                conn.disconnect().await
+            })
+        });
+        started.join().expect("restart the replica's SQL thread").expect("START SLAVE SQL_THREAD");
+    }
+}
+
+/// The sum of the relay's per-queue in-flight gauges.
+fn lanes_in_flight(relay: &RelayProcess) -> f64 {
+    relay.metric_sum("relay_lane_inflight")
+}
+
+/// Every failure counter of the relay, summed: FAILED rows by any reason.
+fn failed(relay: &RelayProcess) -> f64 {
+    relay.metric_sum("relay_failed_total")
+}
+
+/// Idle, load, broker down, relay restarted, the replica's SQL thread stopped: each
+/// lag and flow metric moves as it should, read from /metrics over HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "metrics").await;
+    // A small in-flight budget, so the reader stops reading while the broker is down.
+    let options = RelayOptions::new(outbox.name())
+        .env("OUTBOX_RELAY__SOURCE__HEARTBEAT_MS", 1_000)
+        .env("OUTBOX_RELAY__LANES__MAX_IN_FLIGHT", 64)
+        .env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 1_000)
+        .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 1_000)
+        .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 1_000);
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+
+    // Idle: the heartbeat keeps the lags near zero; the source keeps binlogs a day.
+    eventually("idle lags near zero", Duration::from_secs(20), || async {
+        let lags = [
+            relay.metric("relay_binlog_lag_seconds"),
+            relay.metric("relay_checkpoint_age_seconds"),
+            relay.metric("relay_source_replica_lag_seconds"),
+        ];
+        let caught_up = (0.0..65_536.0).contains(&relay.metric("relay_binlog_behind_bytes"));
+        (caught_up && lags.iter().all(|lag| (0.0..3.0).contains(lag))).then_some(())
+    })
+    .await;
+    let headroom = relay.metric("relay_binlog_expiry_headroom_seconds");
+    assert!((86_390.0..=86_400.0).contains(&headroom), "a day's expiry minus a caught-up checkpoint: {headroom}");
+    for (name, value) in [
+        ("relay_leader", 1.0),
+        ("relay_ready", 1.0),
+        ("outbox_oldest_pending_seconds", 0.0),
+        ("outbox_rows{status=\"pending\"}", 0.0),
+        ("outbox_rows{status=\"failed\"}", 0.0),
+        (&format!("relay_build_info{{version=\"{}\"}}", env!("CARGO_PKG_VERSION")), 1.0),
+    ] {
+        assert_eq!(relay.metric(name), value, "{name} when idle");
+    }
+    let term = relay.metric("relay_leader_term");
+    assert!(term >= 1.0, "a term: {term}");
+
+    // Load: every event published, each with its commit-to-ack time and its send.
+    let load = Load::started(&outbox, &events, 10, 50).await;
+    let (retries_before, errors_before) = (
+        relay.metric("relay_retries_total{class=\"outage\"}"),
+        relay.metric("relay_send_status_total{status=\"ERROR\"}"),
+    );
+    assert!(relay.metric("relay_send_status_total{status=\"SEND_OK\"}") >= 1.0, "sends answered SEND_OK");
+
+    // The broker down: nothing fails, everything waits, and the waiting shows.
+    let outage = BrokerOutage::begin().await;
+    eventually("the outage in every lag", Duration::from_secs(40), || async {
+        let waiting = relay.metric("relay_ready") == 0.0
+            && relay.metric("relay_retries_total{class=\"outage\"}") > retries_before
+            && relay.metric("relay_send_status_total{status=\"ERROR\"}") > errors_before
+            && relay.metric("outbox_oldest_pending_seconds") > 3.0
+            && relay.metric("relay_checkpoint_age_seconds") > 3.0
+            && relay.metric("relay_binlog_lag_seconds") > 3.0
+            && relay.metric("relay_binlog_behind_bytes") > 0.0
+            && lanes_in_flight(&relay) > 0.0;
+        waiting.then_some(())
+    })
+    .await;
+    assert_eq!(failed(&relay), 0.0, "an outage fails nothing");
+    drop(outage);
+    eventually("ready again after the broker's return", Duration::from_secs(60), || async {
+        (relay.metric("relay_ready") == 1.0).then_some(())
+    })
+    .await;
+    let written = load.finish().await;
+    all_sent(&outbox, written, Duration::from_secs(90)).await;
+    eventually("the lags back near zero", Duration::from_secs(30), || async {
+        let settled = relay.metric("outbox_oldest_pending_seconds") == 0.0
+            && relay.metric("relay_checkpoint_age_seconds") < 3.0
+            && relay.metric("relay_binlog_lag_seconds") < 3.0
+            && lanes_in_flight(&relay) == 0.0;
+        settled.then_some(())
+    })
+    .await;
+    let published = relay.metric_sum("relay_events_published_total");
+    assert!(published >= written as f64, "every event published ({published} of {written})");
+    assert_eq!(relay.metric("relay_commit_to_ack_seconds_count"), published, "one latency per published event");
+    let mean = relay.metric("relay_commit_to_ack_seconds_sum") / published;
+    assert!(mean > 0.0 && mean < 60.0, "a mean commit-to-ack in the outage's range: {mean}");
+    let sends = relay.metric_sum("relay_send_status_total");
+    assert_eq!(relay.metric("relay_send_seconds_count"), sends, "every send timed");
+    assert_eq!(failed(&relay), 0.0);
+
+    // A restart resumes from its checkpoint under a new term: no full sweep.
+    assert_eq!(relay.stop(), Some(0));
+    outbox.insert_tx(&events.rows("restart", 0..30)).await;
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    all_sent(&outbox, written + 30, Duration::from_secs(60)).await;
+    assert!(relay.metric("relay_leader_term") > term, "a new term after the restart");
+    assert_eq!(relay.metric("relay_full_sweeps_total"), 0.0, "resumed from the checkpoint");
+    assert_eq!(relay.metric("relay_position_lost_total"), 0.0);
+    eventually("the new process published the rows written while it was down", Duration::from_secs(30), || async {
+        (relay.metric_sum("relay_events_published_total") >= 30.0).then_some(())
+    })
+    .await;
+    let sent_rows = relay.metric("outbox_rows{status=\"sent\"}");
+    assert!(sent_rows >= written as f64, "the first count after the start sees the SENT rows: {sent_rows}");
+
+    // The replica stops applying: its lag grows, the sweep delivers from the primary.
+    let swept_before = relay.metric("relay_events_published_total{path=\"sweep\"}");
+    let stopped = SqlThreadStopped::begin(&stack).await;
+    outbox.insert_tx(&events.rows("replica", 0..20)).await;
+    eventually("the replica's lag growing", Duration::from_secs(30), || async {
+        (relay.metric("relay_source_replica_lag_seconds") >= 3.0).then_some(())
+    })
+    .await;
+    eventually("the sweep delivering what the replica has not applied", Duration::from_secs(60), || async {
+        (relay.metric("relay_events_published_total{path=\"sweep\"}") >= swept_before + 20.0).then_some(())
+    })
+    .await;
+    drop(stopped);
+    eventually("the replica caught up again", Duration::from_secs(30), || async {
+        (relay.metric("relay_source_replica_lag_seconds") < 2.0).then_some(())
+    })
+    .await;
+    assert_eq!(relay.stop(), Some(0));
 }

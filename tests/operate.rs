@@ -1,11 +1,14 @@
 //! The operator commands against the real stack while a relay runs: `status` reads
 //! the leader, position and rows from the primary; `requeue` and
 //! `skip` change only FAILED rows, write who/why/what to `outbox_relay_audit` and are
-//! no-ops when repeated; `cleanup` deletes exactly the SENT rows past the retention.
+//! no-ops when repeated; `cleanup` deletes exactly the SENT rows past the retention;
+//! `reconcile` lists exactly the events on one side only; `position set` is refused
+//! while a relay leads unless forced, and a relay resumes from the position set.
 #![recursion_limit = "512"]
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -15,24 +18,32 @@ use common::events::{all_sent, consumed_all, Events};
 use common::load::Load;
 use common::outbox::TestOutbox;
 use common::relay::{RelayOptions, RelayProcess};
-use common::{eventually, unique, Stack};
+use common::{eventually, unique, Stack, TEST_TOPIC};
 use mysql_async::prelude::Queryable;
 use outbox_kit::RowStatus;
+use outbox_relay::config::DbUrl;
 
-/// Runs `outbox-relay ARGS --config config/relay.toml` on `outbox`'s table.
+/// Runs `outbox-relay ARGS --config config/relay.toml` on `outbox`'s table; it must succeed.
 fn cli(stack: &Stack, outbox: &TestOutbox, args: &[&str]) -> Output {
+    let output = cli_with(stack, outbox, &[], args);
+    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    output
+}
+
+/// Runs `outbox-relay ARGS --config config/relay.toml` on `outbox`'s table with the
+/// variables `env` besides; whatever its exit.
+fn cli_with(stack: &Stack, outbox: &TestOutbox, env: &[(&str, String)], args: &[&str]) -> Output {
     let config = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/config/relay.toml"));
-    let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+    Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
         .args(args)
         .arg("--config")
         .arg(config)
         .env("OUTBOX_RELAY__PRIMARY__URL", &stack.writer_url)
         .env("OUTBOX_RELAY__OUTBOX__TABLE", outbox.name())
         .env("NO_COLOR", "1")
+        .envs(env.iter().map(|(key, value)| (*key, value)))
         .output()
-        .expect("run outbox-relay");
-    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    output
+        .expect("run outbox-relay")
 }
 
 fn stdout(output: &Output) -> String {
@@ -189,6 +200,44 @@ async fn skip_releases_a_held_key_and_a_second_call_changes_nothing() {
     assert_eq!(relay.stop(), Some(0));
 }
 
+/// Ages the first 25 rows "old" 0..30 (all SENT): 20 delivered 8 days ago, 3 FAILED
+/// and 2 PENDING (not due) as old; the last 5 stay recent SENT. Returns their
+/// event_id prefix.
+async fn age_old_rows(outbox: &TestOutbox, events: &Events) -> String {
+    let table = outbox.table.qualified();
+    let prefix = events.id("old", 0).trim_end_matches("00000").to_owned();
+    for (from, to, set) in [
+        (0, 20, "sent_at = NOW(3) - INTERVAL 8 DAY"),
+        (20, 23, "status = 3, sent_at = NOW(3) - INTERVAL 8 DAY, created_at = NOW(3) - INTERVAL 8 DAY"),
+        (23, 25, "status = 0, next_retry_at = NOW(3) + INTERVAL 1 DAY, created_at = NOW(3) - INTERVAL 8 DAY"),
+    ] {
+        let ids: Vec<String> = (from..to).map(|seq| format!("'{prefix}{seq:05}'")).collect();
+        outbox.exec(&format!("UPDATE {table} SET {set} WHERE event_id IN ({})", ids.join(","))).await;
+    }
+    prefix
+}
+
+/// The "old" rows still in the table: (event_id, status) in order.
+async fn old_rows_left(outbox: &TestOutbox, prefix: &str) -> Vec<(String, u8)> {
+    let mut conn = outbox.pool.get_conn().await.expect("conn");
+    conn.query(format!(
+        "SELECT event_id, status FROM {} WHERE event_id LIKE '{prefix}%' ORDER BY event_id",
+        outbox.table.qualified()
+    ))
+    .await
+    .expect("rows left")
+}
+
+/// What a 7-day cleanup leaves of the rows [`age_old_rows`] made: all but the 20 old SENT.
+fn rows_left_after_cleanup(prefix: &str) -> Vec<(String, u8)> {
+    let status = |seq: usize| match seq {
+        20..=22 => 3,
+        23 | 24 => 0,
+        _ => 2,
+    };
+    (20..30).map(|seq| (format!("{prefix}{seq:05}"), status(seq))).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cleanup_deletes_exactly_the_old_sent_rows_in_batches_while_the_relay_runs_under_load() {
     let stack = Stack::from_env();
@@ -200,17 +249,7 @@ async fn cleanup_deletes_exactly_the_old_sent_rows_in_batches_while_the_relay_ru
     outbox.insert_tx(&events.rows("old", 0..30)).await;
     all_sent(&outbox, 30, Duration::from_secs(60)).await;
     let table = outbox.table.qualified();
-    let prefix = events.id("old", 0);
-    let prefix = prefix.trim_end_matches("00000");
-    // 20 rows delivered 8 days ago; 3 FAILED and 2 PENDING (not due) rows as old; 5 recent SENT.
-    for (from, to, set) in [
-        (0, 20, "sent_at = NOW(3) - INTERVAL 8 DAY"),
-        (20, 23, "status = 3, sent_at = NOW(3) - INTERVAL 8 DAY, created_at = NOW(3) - INTERVAL 8 DAY"),
-        (23, 25, "status = 0, next_retry_at = NOW(3) + INTERVAL 1 DAY, created_at = NOW(3) - INTERVAL 8 DAY"),
-    ] {
-        let ids: Vec<String> = (from..to).map(|seq| format!("'{prefix}{seq:05}'")).collect();
-        outbox.exec(&format!("UPDATE {table} SET {set} WHERE event_id IN ({})", ids.join(","))).await;
-    }
+    let prefix = age_old_rows(&outbox, &events).await;
     let load = Load::started(&outbox, &events, 10, 20).await;
 
     let output = cli(
@@ -233,24 +272,12 @@ async fn cleanup_deletes_exactly_the_old_sent_rows_in_batches_while_the_relay_ru
     );
     let report: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("JSON report");
     assert_eq!((report["deleted"].as_u64(), report["batches"].as_u64()), (Some(20), Some(3)), "{report}");
+    assert_eq!(
+        old_rows_left(&outbox, &prefix).await,
+        rows_left_after_cleanup(&prefix),
+        "exactly the old SENT rows are gone"
+    );
     let mut conn = outbox.pool.get_conn().await.expect("conn");
-    let left: Vec<(String, u8)> = conn
-        .query(format!("SELECT event_id, status FROM {table} WHERE event_id LIKE '{prefix}%' ORDER BY event_id"))
-        .await
-        .expect("rows left");
-    let expected: Vec<(String, u8)> = (20..30)
-        .map(|seq| {
-            (
-                format!("{prefix}{seq:05}"),
-                match seq {
-                    20..=22 => 3,
-                    23 | 24 => 0,
-                    _ => 2,
-                },
-            )
-        })
-        .collect();
-    assert_eq!(left, expected, "exactly the old SENT rows are gone");
     let audited: Vec<(String, String)> = conn
         .exec(
             "SELECT operator, result FROM app.outbox_relay_audit WHERE action = 'cleanup' AND target LIKE ? ORDER BY id",
@@ -266,6 +293,44 @@ async fn cleanup_deletes_exactly_the_old_sent_rows_in_batches_while_the_relay_ru
     consumed_all(&collector, &events, 30 + written, Duration::from_secs(120)).await;
     assert_eq!(relay.stop(), Some(0));
     collector.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_cleans_up_on_its_schedule_audited_as_itself() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "scheduled").await;
+    let options = RelayOptions::new(outbox.name())
+        .env("OUTBOX_RELAY__CLEANUP__INTERVAL_MS", 1_000)
+        .env("OUTBOX_RELAY__CLEANUP__RETENTION_SECS", 7 * 86_400)
+        .env("OUTBOX_RELAY__CLEANUP__BATCH", 7)
+        .env("OUTBOX_RELAY__CLEANUP__PACE_MS", 20);
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    outbox.insert_tx(&events.rows("old", 0..30)).await;
+    all_sent(&outbox, 30, Duration::from_secs(60)).await;
+    let prefix = age_old_rows(&outbox, &events).await;
+    let expected = rows_left_after_cleanup(&prefix);
+    eventually("the scheduled cleanup", Duration::from_secs(30), || async {
+        (old_rows_left(&outbox, &prefix).await == expected).then_some(())
+    })
+    .await;
+    let mut conn = outbox.pool.get_conn().await.expect("conn");
+    let audited: Vec<(String, String, u64)> = conn
+        .exec(
+            "SELECT operator, reason, CAST(SUBSTRING_INDEX(SUBSTRING(result, 9), ' ', 1) AS UNSIGNED) \
+             FROM app.outbox_relay_audit WHERE action = 'cleanup' AND target LIKE ? ORDER BY id",
+            (format!("{} %", outbox.table.qualified()),),
+        )
+        .await
+        .expect("audit");
+    assert_eq!(audited.iter().map(|(_, _, n)| n).sum::<u64>(), 20, "every deleted row audited: {audited:?}");
+    for (operator, reason, rows) in &audited {
+        assert!(operator.contains(&format!(":{}:", relay.pid())), "audited as the relay instance: {operator}");
+        assert_eq!(reason, "scheduled cleanup (cleanup.interval_ms)");
+        assert!(*rows <= 7, "batches of at most 7: {audited:?}");
+    }
+    assert_eq!(relay.stop(), Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,4 +361,269 @@ async fn status_names_the_leader_its_position_and_the_rows() {
     let human = stdout(&cli(&stack, &outbox, &["status"]));
     assert!(human.contains(&format!("none: the lease of term {term} ran out")), "released at the stop:\n{human}");
     assert!(human.contains("SENT 4, FAILED 1"), "{human}");
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn json_of(output: &Output) -> serde_json::Value {
+    serde_json::from_str(&stdout(output))
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", stdout(output), stderr(output)))
+}
+
+/// The event_ids listed under `key` of a `reconcile --json` report.
+fn listed(report: &serde_json::Value, key: &str) -> BTreeSet<String> {
+    report[key].as_array().unwrap_or_else(|| panic!("no {key}: {report}")).iter().map(|id| id.to_string()).collect()
+}
+
+/// `ids` as `listed` gives them (JSON strings).
+fn as_listed(ids: impl IntoIterator<Item = String>) -> BTreeSet<String> {
+    ids.into_iter().map(|id| serde_json::Value::from(id).to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_lists_exactly_the_events_sent_but_never_processed_and_processed_but_unknown() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events { prefix: unique("reconcile"), topic: TEST_TOPIC.to_owned() };
+    let table = outbox.table.qualified();
+    // The consumer kit's tables in a database of their own, and a copy of its dedup
+    // table beside the outbox (where `reconcile` looks by default).
+    let kit_db = unique("kit");
+    outbox.exec(&format!("CREATE DATABASE `{kit_db}`")).await;
+    let kit_url = format!("{}/{kit_db}", stack.root_url.rsplit_once('/').expect("a database in the URL").0);
+    let kit = outbox_relay::db::connect("test", &DbUrl::new(&kit_url), 2).await.expect("kit database");
+    outbox_kit::consumer::schema::migrate(&kit).await.expect("the kit's tables");
+    kit.disconnect().await.ok();
+    let dedup = unique("dedup");
+    outbox.exec(&format!("CREATE TABLE app.`{dedup}` LIKE `{kit_db}`.event_dedup")).await;
+
+    // 20 rows SENT now, 2 SENT three days ago, 2 PENDING; all but 3, 7 and 11 of the
+    // 20 handled; 2 events handled that the outbox never had, and 1 three days ago.
+    outbox.insert_tx(&events.rows("k", 0..24)).await;
+    outbox.exec(&format!("UPDATE {table} SET status = 2, sent_at = NOW(3), msg_id = 'm'")).await;
+    let old: Vec<String> = (20..22).map(|seq| format!("'{}'", events.id("k", seq))).collect();
+    outbox
+        .exec(&format!("UPDATE {table} SET sent_at = NOW(3) - INTERVAL 3 DAY WHERE event_id IN ({})", old.join(",")))
+        .await;
+    let pending: Vec<String> = (22..24).map(|seq| format!("'{}'", events.id("k", seq))).collect();
+    outbox
+        .exec(&format!("UPDATE {table} SET status = 0, sent_at = NULL WHERE event_id IN ({})", pending.join(",")))
+        .await;
+    outbox
+        .exec(&format!(
+            "INSERT INTO app.`{dedup}` (event_id, status, msg_id) \
+             SELECT event_id, 'PROCESSED', msg_id FROM {table} WHERE sent_at > NOW(3) - INTERVAL 1 DAY"
+        ))
+        .await;
+    let unprocessed: Vec<String> = [3, 7, 11].map(|seq| events.id("k", seq)).into();
+    let quoted: Vec<String> = unprocessed.iter().map(|id| format!("'{id}'")).collect();
+    outbox.exec(&format!("DELETE FROM app.`{dedup}` WHERE event_id IN ({})", quoted.join(","))).await;
+    let strangers: Vec<String> = (0..2).map(|n| format!("{}-stranger-{n}", events.prefix)).collect();
+    outbox
+        .exec(&format!(
+            "INSERT INTO app.`{dedup}` (event_id, status, created_at) VALUES ('{}', 'PROCESSED', NOW(3)), \
+             ('{}', 'REJECTED', NOW(3)), ('{}-stranger-old', 'PROCESSED', NOW(3) - INTERVAL 3 DAY)",
+            strangers[0], strangers[1], events.prefix
+        ))
+        .await;
+
+    let now = chrono::Utc::now();
+    let since = (now - chrono::Duration::hours(1)).to_rfc3339();
+    let until = (now + chrono::Duration::hours(1)).format("%Y-%m-%d %H:%M:%S").to_string();
+    let window = ["reconcile", "--since", since.as_str(), "--until", until.as_str()];
+    let by_default = cli_with(&stack, &outbox, &[], &[&window[..], &["--consumer-table", &dedup, "--json"]].concat());
+    assert_eq!(by_default.status.code(), Some(7), "differences exit 7: {}", stderr(&by_default));
+    let report = json_of(&by_default);
+    assert_eq!(listed(&report, "sent_not_processed"), as_listed(unprocessed.clone()), "{report}");
+    assert_eq!(listed(&report, "processed_unknown"), as_listed(strangers.clone()), "{report}");
+    assert_eq!(
+        (report["sent_checked"].as_u64(), report["processed_checked"].as_u64()),
+        (Some(20), Some(19)),
+        "{report}"
+    );
+
+    outbox.exec(&format!("INSERT INTO `{kit_db}`.event_dedup SELECT * FROM app.`{dedup}`")).await;
+    let kit_side = cli_with(&stack, &outbox, &[], &[&window[..], &["--consumer-db", &kit_url, "--json"]].concat());
+    assert_eq!(kit_side.status.code(), Some(7), "{}", stderr(&kit_side));
+    assert_eq!(json_of(&kit_side), report, "the same tables in the consumer's own database: the same answer");
+
+    let statuses = outbox.statuses().await;
+    let audited: Vec<u64> = outbox
+        .pool
+        .get_conn()
+        .await
+        .expect("conn")
+        .exec("SELECT id FROM app.outbox_relay_audit WHERE target LIKE ?", (format!("{table}%"),))
+        .await
+        .expect("audit");
+    assert!(audited.is_empty(), "reconcile audits nothing: {audited:?}");
+
+    outbox
+        .exec(&format!(
+            "INSERT INTO app.`{dedup}` (event_id, status) SELECT event_id, 'PROCESSED' FROM {table} WHERE event_id IN ({})",
+            quoted.join(",")
+        ))
+        .await;
+    outbox.exec(&format!("DELETE FROM app.`{dedup}` WHERE event_id IN ('{}', '{}')", strangers[0], strangers[1])).await;
+    let whole = cli_with(&stack, &outbox, &[], &[&window[..], &["--consumer-table", &dedup]].concat());
+    assert_eq!(whole.status.code(), Some(0), "no difference exits 0: {}", stderr(&whole));
+    let human = stdout(&whole);
+    assert!(
+        human.contains("sent but never processed: 0") && human.contains("processed but unknown to the outbox: 0"),
+        "{human}"
+    );
+    assert_eq!(outbox.statuses().await, statuses, "reconcile changes no row");
+
+    outbox.exec(&format!("DROP TABLE app.`{dedup}`")).await;
+    outbox.exec(&format!("DROP DATABASE `{kit_db}`")).await;
+}
+
+/// The replica's GTID position once it has applied everything the primary has.
+async fn replica_gtid(stack: &Stack) -> String {
+    stack.replica_caught_up().await;
+    let replica = stack.replica_pool().await;
+    let gtid: Option<String> =
+        replica.get_conn().await.expect("replica").query_first("SELECT @@gtid_binlog_pos").await.expect("gtid");
+    replica.disconnect().await.ok();
+    gtid.filter(|g| !g.is_empty()).expect("the replica has a GTID position")
+}
+
+/// The sequence number of replication domain 0 in a MariaDB GTID list.
+fn domain_0_seq(gtid: &str) -> u64 {
+    gtid.split(',')
+        .find_map(|part| part.trim().strip_prefix("0-")?.split_once('-')?.1.parse().ok())
+        .unwrap_or_else(|| panic!("no domain 0 in {gtid:?}"))
+}
+
+/// The mirror row of `outbox`'s relay: (gtid, term).
+async fn mirrored(outbox: &TestOutbox) -> Option<(String, u64)> {
+    let mut conn = outbox.pool.get_conn().await.expect("conn");
+    conn.exec_first(
+        "SELECT COALESCE(gtid, ''), term FROM app.outbox_relay_checkpoint WHERE source_id = ?",
+        (format!("app.{}", outbox.name()),),
+    )
+    .await
+    .expect("mirror row")
+}
+
+/// The `position set` audit rows of `outbox`'s relay: (operator, reason, old, new, result).
+async fn position_audit(outbox: &TestOutbox) -> Vec<(String, String, String, String, String)> {
+    let mut conn = outbox.pool.get_conn().await.expect("conn");
+    conn.exec(
+        "SELECT operator, reason, old_state, new_state, result FROM app.outbox_relay_audit \
+         WHERE action = 'position set' AND target = ? ORDER BY id",
+        (format!("app.outbox_relay_checkpoint of {}", outbox.table.qualified()),),
+    )
+    .await
+    .expect("audit rows")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn position_set_is_refused_while_a_relay_leads_and_when_forced_ends_its_term() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "position_force").await;
+    let options = RelayOptions::new(outbox.name());
+    let local = [("OUTBOX_RELAY__CHECKPOINT__PATH", options.checkpoint_dir.display().to_string())];
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    outbox.insert_tx(&events.rows("k", 0..3)).await;
+    all_sent(&outbox, 3, Duration::from_secs(60)).await;
+    let term = relay.metric("relay_leader_term") as u64;
+    let gtid = replica_gtid(&stack).await;
+    let set = ["position", "set", "--gtid", gtid.as_str(), "--operator", "dave", "--reason", "INC-7", "--json"];
+
+    let refused = cli_with(&stack, &outbox, &local, &set);
+    let why = stderr(&refused);
+    assert_eq!(refused.status.code(), Some(4), "{why}");
+    assert!(why.contains("refused") && why.contains(&format!(":{}:", relay.pid())) && why.contains("--force"), "{why}");
+    assert!(position_audit(&outbox).await.is_empty(), "a refused set audits nothing");
+
+    let forced = cli_with(&stack, &outbox, &local, &[&set[..], &["--force"]].concat());
+    let change = json_of(&forced);
+    assert!(forced.status.success(), "{}", stderr(&forced));
+    assert_eq!(change["after"]["gtid"].as_str(), Some(gtid.as_str()), "{change}");
+    assert_eq!(change["ended_term"]["term"].as_u64(), Some(term), "{change}");
+    assert_eq!(change["ended_term"]["was_leading"], true, "{change}");
+    assert_eq!(change["local"], "in_use", "the running relay holds its checkpoint: {change}");
+    let audit = position_audit(&outbox).await;
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    let (who, why, old, new, result) = &audit[0];
+    assert_eq!((who.as_str(), why.as_str()), ("dave", "INC-7"));
+    assert!(old.contains(&format!("term={term}")) && new.contains(&format!("gtid={gtid}")), "{old} -> {new}");
+    assert!(result.contains(&format!("ended lease term {term}")) && result.contains("forced"), "{result}");
+
+    // Its term over, the relay steps down, takes the lease again under a later term
+    // and goes on publishing from at least the position set.
+    eventually("the relay leading under a later term", Duration::from_secs(60), || async {
+        (relay.metric("relay_leader_term") as u64 > term + 1).then_some(())
+    })
+    .await;
+    relay.wait_ready().await;
+    outbox.insert_tx(&events.rows("k", 3..6)).await;
+    all_sent(&outbox, 6, Duration::from_secs(60)).await;
+    let (resumed, _) = eventually("the mirror written under the new term", Duration::from_secs(60), || async {
+        mirrored(&outbox).await.filter(|(_, written_in)| *written_in > term + 1)
+    })
+    .await;
+    assert!(domain_0_seq(&resumed) >= domain_0_seq(&gtid), "{resumed} is not at or past {gtid}");
+    assert_eq!(relay.stop(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn position_set_while_stopped_makes_the_relay_resume_from_there() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "position_replay").await;
+    let options = RelayOptions::new(outbox.name());
+    let local = [("OUTBOX_RELAY__CHECKPOINT__PATH", options.checkpoint_dir.display().to_string())];
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    outbox.insert_tx(&events.rows("k", 0..3)).await;
+    all_sent(&outbox, 3, Duration::from_secs(60)).await;
+    let before_second = replica_gtid(&stack).await;
+    outbox.insert_tx(&events.rows("k", 3..6)).await;
+    all_sent(&outbox, 6, Duration::from_secs(60)).await;
+    assert_eq!(relay.stop(), Some(0));
+
+    let shown = json_of(&cli_with(&stack, &outbox, &local, &["position", "show", "--json"]));
+    assert_eq!(shown["local"]["state"], "saved", "{shown}");
+    let saved = shown["local"]["position"]["gtid"].as_str().unwrap_or_default().to_owned();
+    assert!(domain_0_seq(&saved) > domain_0_seq(&before_second), "checkpointed past the second batch: {shown}");
+    assert!(shown["mirror"]["gtid"].is_string(), "{shown}");
+    assert!(shown["leader"]["lease_remaining_ms"].as_i64().is_some_and(|ms| ms < 0), "released at the stop: {shown}");
+
+    // The second batch made unsent again: only a relay that reads the binlog from
+    // before it sends it (the sweep is told to leave recent rows to the binlog path).
+    let second: Vec<String> = (3..6).map(|seq| format!("'{}'", events.id("k", seq))).collect();
+    outbox
+        .exec(&format!(
+            "UPDATE {} SET status = 0, msg_id = NULL, sent_at = NULL WHERE event_id IN ({})",
+            outbox.table.qualified(),
+            second.join(",")
+        ))
+        .await;
+    let set = ["position", "set", "--gtid", before_second.as_str(), "--operator", "erin", "--reason", "replay"];
+    let change = json_of(&cli_with(&stack, &outbox, &local, &[&set[..], &["--json"]].concat()));
+    assert_eq!(change["local"], "rewritten", "{change}");
+    assert_eq!(change["ended_term"]["was_leading"], false, "{change}");
+    assert_eq!(change["before"]["gtid"].as_str(), shown["mirror"]["gtid"].as_str(), "{change}");
+    let after = json_of(&cli_with(&stack, &outbox, &local, &["position", "show", "--json"]));
+    assert_eq!(after["local"]["position"]["gtid"].as_str(), Some(before_second.as_str()), "{after}");
+    assert_eq!(after["mirror"]["gtid"].as_str(), Some(before_second.as_str()), "{after}");
+    let audit = position_audit(&outbox).await;
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!((audit[0].0.as_str(), audit[0].1.as_str()), ("erin", "replay"));
+    assert!(audit[0].4.contains("rewritten"), "{audit:?}");
+
+    let mut relay = RelayProcess::start(&stack, &options.env("OUTBOX_RELAY__SWEEP__GRACE_MS", 600_000));
+    relay.wait_ready().await;
+    all_sent(&outbox, 6, Duration::from_secs(60)).await;
+    eventually("the mirror at or past the position set", Duration::from_secs(60), || async {
+        mirrored(&outbox).await.filter(|(gtid, _)| domain_0_seq(gtid) >= domain_0_seq(&before_second))
+    })
+    .await;
+    assert_eq!(relay.stop(), Some(0));
 }

@@ -6,6 +6,7 @@
 //! before the first unacknowledged event (duplicates, never loss).
 
 mod mirror;
+pub mod position;
 mod store;
 mod writer;
 
@@ -13,6 +14,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::source::binlog::GtidState;
 use crate::source::BinlogPosition;
 
 pub use mirror::Mirror;
@@ -27,4 +29,21 @@ pub struct Checkpoint {
     pub server_identity: String,
     /// Pinned queue count per topic; routing must never change under a running fleet.
     pub queue_counts: BTreeMap<String, u32>,
+}
+
+impl Checkpoint {
+    /// Whether this checkpoint is at least as far as `other`: by GTID where both have
+    /// one of the same family (which holds across servers), else by file and position
+    /// of the same server; checkpoints of different servers without GTIDs never are.
+    pub(crate) fn is_at_least(&self, other: &Checkpoint) -> bool {
+        let gtids =
+            (self.position.gtid.as_deref().map(GtidState::parse), other.position.gtid.as_deref().map(GtidState::parse));
+        if let (Some(mine), Some(theirs)) = &gtids {
+            if (mine.is_mariadb() && theirs.is_mariadb()) || (mine.is_mysql() && theirs.is_mysql()) {
+                return mine.covers(theirs);
+            }
+        }
+        self.server_identity == other.server_identity
+            && (&self.position.file, self.position.pos) >= (&other.position.file, other.position.pos)
+    }
 }

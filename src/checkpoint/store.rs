@@ -24,6 +24,22 @@ pub enum CheckpointError {
     Write { path: PathBuf, detail: String },
 }
 
+/// The file by which RocksDB keeps a second process from opening a store for writing;
+/// its name is in the error such a process gets.
+const LOCK_FILE: &str = "LOCK";
+
+fn options(create: bool) -> Options {
+    let mut options = Options::default();
+    options.create_if_missing(create);
+    options.set_paranoid_checks(true);
+    options.set_keep_log_file_num(2);
+    options
+}
+
+fn open_error(path: &Path, error: rocksdb::Error) -> CheckpointError {
+    CheckpointError::Open { path: path.to_owned(), detail: error.into_string() }
+}
+
 /// The open checkpoint database.
 pub struct CheckpointStore {
     db: DB,
@@ -33,12 +49,23 @@ pub struct CheckpointStore {
 impl CheckpointStore {
     /// Opens (creating if absent) the checkpoint at `path`.
     pub fn open(path: &Path) -> Result<Self, CheckpointError> {
-        let mut options = Options::default();
-        options.create_if_missing(true);
-        options.set_paranoid_checks(true);
-        options.set_keep_log_file_num(2);
-        let db = DB::open(&options, path)
-            .map_err(|e| CheckpointError::Open { path: path.to_owned(), detail: e.to_string() })?;
+        let db = DB::open(&options(true), path).map_err(|e| open_error(path, e))?;
+        Ok(Self { db, path: path.to_owned() })
+    }
+
+    /// Opens an existing checkpoint for writing, never creating one; `Ok(None)` while
+    /// another process (a running relay) has it open, as RocksDB allows only one.
+    pub fn open_unless_in_use(path: &Path) -> Result<Option<Self>, CheckpointError> {
+        match DB::open(&options(false), path) {
+            Ok(db) => Ok(Some(Self { db, path: path.to_owned() })),
+            Err(e) if e.as_ref().contains(LOCK_FILE) => Ok(None),
+            Err(e) => Err(open_error(path, e)),
+        }
+    }
+
+    /// Opens an existing checkpoint to read only; this works while a relay has it open.
+    pub fn open_read_only(path: &Path) -> Result<Self, CheckpointError> {
+        let db = DB::open_for_read_only(&options(false), path, false).map_err(|e| open_error(path, e))?;
         Ok(Self { db, path: path.to_owned() })
     }
 
@@ -126,6 +153,19 @@ mod tests {
         store.db.put(KEY_CHECKPOINT, serde_json::to_vec(&sample()).expect("json")).expect("put");
         assert_eq!(store.load().expect("load"), Some(sample()), "a MariaDB GTID list is kept");
         drop(store);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_store_in_use_is_not_opened_for_writing_but_can_be_read() {
+        let dir = temp_dir();
+        let running = CheckpointStore::open(&dir).expect("open");
+        running.save(&sample()).expect("save");
+        assert!(CheckpointStore::open_unless_in_use(&dir).expect("no error").is_none(), "held by another handle");
+        let reader = CheckpointStore::open_read_only(&dir).expect("read-only");
+        assert_eq!(reader.load().expect("load"), Some(sample()));
+        drop((running, reader));
+        assert!(CheckpointStore::open_unless_in_use(&dir).expect("open").is_some(), "free again");
         std::fs::remove_dir_all(&dir).ok();
     }
 

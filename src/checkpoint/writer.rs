@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{Checkpoint, CheckpointError, CheckpointStore, Mirror};
 use crate::leader::Term;
+use crate::metrics::LagClocks;
 
 /// How long one mirror write may take: a hung primary must not hold up shutdown.
 const MIRROR_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -45,15 +46,18 @@ pub struct WriterStopped;
 
 impl CheckpointWriter {
     /// The writer's handle, its loop and the mirror's loop (both to be spawned by
-    /// the supervisor). The mirror loop ends after the writer's.
+    /// the supervisor). The mirror loop ends after the writer's. `lag` hears what
+    /// each durable checkpoint covers.
     pub(crate) fn start(
         store: Arc<CheckpointStore>,
         mirror: Mirror,
         term: Term,
+        lag: Arc<LagClocks>,
     ) -> (Self, impl Future<Output = Result<(), CheckpointError>>, impl Future<Output = ()>) {
         let (requests, input) = mpsc::unbounded_channel();
         let (durable, newest) = watch::channel(None);
-        (Self { requests }, write(store, input, durable, term.clone()), copy_to_mirror(mirror, newest, term))
+        let writing = write(store, input, Durable { newest: durable, lag }, term.clone());
+        (Self { requests }, writing, copy_to_mirror(mirror, newest, term))
     }
 
     /// Queues `checkpoint`; it is written soon, unless a newer one supersedes it.
@@ -70,11 +74,18 @@ impl CheckpointWriter {
     }
 }
 
+/// Where the writer tells that a checkpoint is durable.
+struct Durable {
+    /// The mirror's input.
+    newest: watch::Sender<Option<Checkpoint>>,
+    lag: Arc<LagClocks>,
+}
+
 /// Writes requests until every handle is dropped; the last request is written too.
 async fn write(
     store: Arc<CheckpointStore>,
     mut input: mpsc::UnboundedReceiver<SaveRequest>,
-    durable: watch::Sender<Option<Checkpoint>>,
+    durable: Durable,
     term: Term,
 ) -> Result<(), CheckpointError> {
     while let Some(first) = input.recv().await {
@@ -95,7 +106,8 @@ async fn write(
         for saved in waiting {
             let _ = saved.send(());
         }
-        durable.send_replace(Some(newest));
+        durable.lag.saved_through(newest.position.commit_time);
+        durable.newest.send_replace(Some(newest));
     }
     Ok(())
 }

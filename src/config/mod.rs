@@ -65,6 +65,8 @@ pub struct Config {
     pub sweep: SweepConfig,
     #[serde(default)]
     pub leader: LeaderConfig,
+    #[serde(default)]
+    pub cleanup: CleanupConfig,
     pub checkpoint: CheckpointConfig,
     #[serde(default)]
     pub http: HttpConfig,
@@ -83,6 +85,11 @@ pub struct SourceConfig {
     /// Replication heartbeat period: a connection silent for 3 periods is reconnected.
     #[serde(default = "defaults::heartbeat_ms")]
     pub heartbeat_ms: u64,
+    /// How long (seconds) the relay may be down and still resume where it stopped:
+    /// a source that purges its binlogs sooner is refused at start and by `check`
+    /// (a purged position costs a full sweep of the outbox table).
+    #[serde(default = "defaults::max_downtime_secs")]
+    pub max_downtime_secs: u64,
 }
 
 /// The primary, where statuses are written, the sweep claims rows and the lease lives.
@@ -204,6 +211,21 @@ pub struct LeaderConfig {
     /// How long a lease lasts without renewal (renewed every third of it). A standby
     /// takes over at most this long after the leader died.
     pub lease_ms: u64,
+}
+
+/// Deleting SENT rows past their retention, on a schedule inside the leader (the
+/// `cleanup` command does the same by hand). Off unless `interval_ms` is set.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CleanupConfig {
+    /// How often the leader runs a cleanup; 0 (the default) never.
+    pub interval_ms: u64,
+    /// SENT rows are kept this long after they were sent.
+    pub retention_secs: u64,
+    /// Rows per DELETE (at most 1,000).
+    pub batch: usize,
+    /// Pause between batches, so the primary and its replicas keep up.
+    pub pace_ms: u64,
 }
 
 /// The local RocksDB checkpoint.
@@ -328,6 +350,12 @@ impl Default for LeaderConfig {
     }
 }
 
+impl Default for CleanupConfig {
+    fn default() -> Self {
+        Self { interval_ms: 0, retention_secs: 7 * 86_400, batch: 1_000, pace_ms: 50 }
+    }
+}
+
 impl Default for HttpConfig {
     fn default() -> Self {
         Self { listen: "127.0.0.1:9464".to_owned() }
@@ -351,6 +379,9 @@ mod defaults {
     }
     pub fn heartbeat_ms() -> u64 {
         5_000
+    }
+    pub fn max_downtime_secs() -> u64 {
+        86_400
     }
     pub fn minimal_row_image() -> bool {
         true

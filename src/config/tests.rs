@@ -151,3 +151,11 @@ fn a_lease_shorter_than_two_send_timeouts_is_refused_naming_both_keys() {
     let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__LEADER__NAME", "x'; DROP TABLE y")]);
     assert!(message.contains("leader.name"), "{message}");
 }
+
+#[test]
+fn the_allowed_downtime_is_a_day_and_never_zero() {
+    let config = load_with(EXAMPLE, &[]).expect("example config is valid");
+    assert_eq!(config.source.as_ref().map(|s| s.max_downtime_secs), Some(86_400));
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__SOURCE__MAX_DOWNTIME_SECS", "0")]);
+    assert!(message.contains("source.max_downtime_secs") && message.contains("got 0"), "{message}");
+}

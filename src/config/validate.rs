@@ -1,6 +1,6 @@
 //! Semantic checks that types alone cannot express (ranges, URL shapes, names).
 
-use super::{Config, ConfigError, DbUrl, Mode, SourceConfig};
+use super::{CleanupConfig, Config, ConfigError, DbUrl, Mode, SourceConfig};
 
 /// Checks every value the relay relies on; the first problem is returned.
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
@@ -38,6 +38,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     check_lease_length(config)?;
     check_lease_name(&config.lease_name())?;
     at_least("checkpoint.interval_ms", config.checkpoint.interval_ms, 1)?;
+    check_cleanup(&config.cleanup)?;
     if config.checkpoint.path.as_os_str().is_empty() {
         return Err(ConfigError::invalid("checkpoint.path", "\"\"", "a directory path for the RocksDB checkpoint"));
     }
@@ -67,7 +68,8 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
             "a non-zero replica server_id unique among the source's replicas",
         ));
     }
-    at_least("source.heartbeat_ms", source.heartbeat_ms, 100)
+    at_least("source.heartbeat_ms", source.heartbeat_ms, 100)?;
+    at_least("source.max_downtime_secs", source.max_downtime_secs, 1)
 }
 
 fn check_rocketmq(config: &Config) -> Result<(), ConfigError> {
@@ -150,6 +152,18 @@ fn at_most(key: &str, value: u64, max: u64) -> Result<(), ConfigError> {
     } else {
         Err(ConfigError::invalid(key, value, &format!("at most {max}")))
     }
+}
+
+/// A scheduled cleanup deletes in batches a statement can name, and runs at most
+/// every second.
+fn check_cleanup(cleanup: &CleanupConfig) -> Result<(), ConfigError> {
+    if cleanup.interval_ms == 0 {
+        return Ok(());
+    }
+    at_least("cleanup.interval_ms", cleanup.interval_ms, 1_000)?;
+    at_least("cleanup.retention_secs", cleanup.retention_secs, 1)?;
+    at_least("cleanup.batch", cleanup.batch as u64, 1)?;
+    at_most("cleanup.batch", cleanup.batch as u64, 1_000)
 }
 
 fn at_least(key: &str, value: u64, min: u64) -> Result<(), ConfigError> {

@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use tokio::sync::mpsc;
 
@@ -33,8 +34,8 @@ use crate::config::FailedKeyPolicy;
 use crate::fault;
 use crate::health::{Health, Part};
 use crate::leader::Term;
-use crate::metrics::RelayMetrics;
-use crate::rocketmq::{check_size, prepare, ErrorClass, Prepared, PublishError, Publisher};
+use crate::metrics::{FailReason, RelayMetrics, SendStatus};
+use crate::rocketmq::{check_size, prepare, ErrorClass, Prepared, PublishError, Publisher, SendReceipt};
 
 /// Per-message overhead assumed when sizing a batch (properties, headers).
 const MESSAGE_OVERHEAD: usize = 512;
@@ -53,6 +54,27 @@ pub struct LaneSettings {
     pub max_retry: u32,
     pub backoff: Backoff,
     pub failed_key_policy: FailedKeyPolicy,
+}
+
+/// The way into a lane: each event counts in the lane's in-flight gauge until its
+/// report (see `Recorder`).
+pub struct LaneInput {
+    events: mpsc::UnboundedSender<LaneEvent>,
+    inflight: Gauge,
+}
+
+impl LaneInput {
+    pub fn new(events: mpsc::UnboundedSender<LaneEvent>, inflight: Gauge) -> Self {
+        Self { events, inflight }
+    }
+
+    /// Hands `event` on; a lane that has stopped (shutdown) leaves it unacknowledged.
+    pub fn send(&self, event: LaneEvent) {
+        self.inflight.inc();
+        if self.events.send(event).is_err() {
+            self.inflight.dec();
+        }
+    }
 }
 
 /// One queue's sender.
@@ -203,7 +225,8 @@ impl Lane {
                 ErrorClass::Unknown if part[0].swept() => return self.book_retries(part, &error).await,
                 ErrorClass::Unknown => match self.settings.backoff.after_failure(unknown, self.settings.max_retry) {
                     NextAttempt::GiveUp { attempts } => {
-                        return self.give_up(part, &format!("gave up after {attempts} attempts: {error}")).await
+                        let detail = format!("gave up after {attempts} attempts: {error}");
+                        return self.give_up(part, FailReason::RetriesExhausted, &detail).await;
                     }
                     NextAttempt::RetryIn(delay) => {
                         unknown += 1;
@@ -233,7 +256,10 @@ impl Lane {
             // Deposed: another instance may publish now; these events stay unacknowledged.
             return Ok(PartEnd::Stopped);
         }
-        let receipt = self.publisher.send(&self.queue, batch).await?;
+        let started = std::time::Instant::now();
+        let sent = self.publisher.send(&self.queue, batch).await;
+        self.metrics.sent_batch(send_status(&sent), started.elapsed());
+        let receipt = sent?;
         self.publisher.confirmed();
         self.health.clear(&self.part());
         fault::lane_sent(part.len());
@@ -273,15 +299,19 @@ impl Lane {
             return PartEnd::Split(part, second);
         }
         tracing::error!(queue = self.queue.queue_id(), topic = %self.queue.topic(), %error, "an event the broker can never take: marking it FAILED");
-        self.give_up(part, &error.to_string()).await
+        let reason = match error {
+            PublishError::BodyTooLarge { .. } => FailReason::TooLarge,
+            _ => FailReason::Rejected,
+        };
+        self.give_up(part, reason, &error.to_string()).await
     }
 
     /// Marks `part` FAILED, then (hold policy) holds its keys. In that order, so a
     /// refresh of the held keys from the table never forgets one: the key is either
     /// held after the refresh began or already FAILED in the table it reads.
-    async fn give_up(&self, part: Vec<LaneEvent>, reason: &str) -> PartEnd {
+    async fn give_up(&self, part: Vec<LaneEvent>, reason: FailReason, detail: &str) -> PartEnd {
         self.health.clear(&self.part());
-        if !self.recorder.fail(&part, reason).await {
+        if !self.recorder.fail(&part, reason, detail).await {
             return PartEnd::Stopped;
         }
         if self.settings.failed_key_policy == FailedKeyPolicy::Hold {
@@ -321,7 +351,8 @@ impl Lane {
         if give_up.is_empty() {
             return PartEnd::Done;
         }
-        self.give_up(give_up, &format!("gave up after {} retries: {error}", self.settings.max_retry)).await
+        let detail = format!("gave up after {} retries: {error}", self.settings.max_retry);
+        self.give_up(give_up, FailReason::RetriesExhausted, &detail).await
     }
 }
 
@@ -346,11 +377,20 @@ pub async fn run_failing(
         while let Ok(next) = input.try_recv() {
             events.push(next);
         }
-        if !recorder.fail(&events, &reason).await {
+        if !recorder.fail(&events, FailReason::NoTopic, &reason).await {
             return;
         }
         if let Some(held) = &held {
             hold_keys(held, &events);
         }
+    }
+}
+
+/// How the broker answered a send, for the metrics.
+fn send_status(sent: &Result<SendReceipt, PublishError>) -> SendStatus {
+    match sent {
+        Ok(_) => SendStatus::SendOk,
+        Err(PublishError::NotSendOk { status }) => SendStatus::parse(status),
+        Err(_) => SendStatus::Error,
     }
 }

@@ -5,17 +5,20 @@
 //! the checkpoint never passes an event that is neither on the broker nor visible in
 //! the table as FAILED or PENDING. SENT rows are reported at once: their write-back is
 //! batched later, and a lost one only means a duplicate. Every write names the row by
-//! id and event_id.
+//! id and event_id. Every report also ends the event in the metrics: its lane's
+//! in-flight gauge, and for a sent one its path and commit-to-ack time.
 
 use std::future::Future;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use outbox_kit::RowStatus;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::outcome::{LaneEvent, LaneReport, Outcome};
 use crate::backoff::Backoff;
+use crate::metrics::{FailReason, Path, RelayMetrics};
 use crate::store::{ClaimStore, RowKey, StatusStore};
 
 /// The lanes' way to record outcomes; cheap to clone.
@@ -27,26 +30,48 @@ pub struct Recorder {
     pub backoff: Backoff,
     pub reports: mpsc::UnboundedSender<Vec<LaneReport>>,
     pub shutdown: CancellationToken,
+    pub metrics: RelayMetrics,
+    /// Events of this recorder's lane not yet reported (a detached gauge until
+    /// [`Recorder::for_lane`]).
+    pub inflight: Gauge,
 }
 
 impl Recorder {
+    /// The recorder of one lane, whose in-flight gauge it keeps.
+    pub fn for_lane(&self, inflight: Gauge) -> Self {
+        Self { inflight, ..self.clone() }
+    }
+
     /// Reports SEND_OK with each event's message id. `false` when the coordinator is gone.
     pub fn sent(&self, events: &[LaneEvent], msg_ids: Vec<String>) -> bool {
         let at = SystemTime::now();
+        self.measure_sent(events, at);
         let reports = events.iter().zip(msg_ids).map(|(e, msg_id)| e.report(Outcome::Sent { msg_id, at })).collect();
         self.reports.send(reports).is_ok()
     }
 
-    /// Writes FAILED with `reason`, then reports. `false` when shut down first.
-    pub async fn fail(&self, events: &[LaneEvent], reason: &str) -> bool {
+    fn measure_sent(&self, events: &[LaneEvent], at: SystemTime) {
+        let at_ms = at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as f64).unwrap_or_default();
+        let swept = events.iter().filter(|e| e.swept()).count();
+        self.metrics.published(Path::Sweep, swept);
+        self.metrics.published(Path::Binlog, events.len() - swept);
+        for created_ms in events.iter().filter_map(|e| self.metrics.lag.created_unix_ms(e.event.created_local_ms?)) {
+            self.metrics.commit_to_ack.observe(((at_ms - created_ms as f64) / 1000.0).max(0.0));
+        }
+        self.inflight.dec_by(i64::try_from(events.len()).unwrap_or(i64::MAX));
+    }
+
+    /// Writes FAILED with `detail` (why, in words), then reports. `false` when shut down first.
+    pub async fn fail(&self, events: &[LaneEvent], reason: FailReason, detail: &str) -> bool {
         let rows = rows(events);
-        if !self.until_recorded("FAILED", || self.status.mark_failed(&rows, reason)).await {
+        if !self.until_recorded("FAILED", || self.status.mark_failed(&rows, detail)).await {
             return false;
         }
+        self.metrics.failed(reason, events.len());
         tracing::error!(
             events = rows.len(),
             first_id = rows.first().map(|r| r.id).unwrap_or_default(),
-            reason,
+            reason = detail,
             "events marked {}",
             RowStatus::Failed
         );
@@ -96,6 +121,7 @@ impl Recorder {
     }
 
     fn report(&self, events: &[LaneEvent], outcome: Outcome) -> bool {
+        self.inflight.dec_by(i64::try_from(events.len()).unwrap_or(i64::MAX));
         self.reports.send(events.iter().map(|e| e.report(outcome.clone())).collect()).is_ok()
     }
 }

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use prometheus_client::metrics::gauge::Gauge;
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -23,7 +24,9 @@ use super::RelayError;
 use crate::checkpoint::{Checkpoint, CheckpointWriter};
 use crate::config::{FailedKeyPolicy, HashFunction};
 use crate::health::{Health, Part};
-use crate::lanes::{run_failing, Attempts, HeldKeys, Lane, LaneEvent, LaneReport, LaneSettings, Outcome, Recorder};
+use crate::lanes::{
+    run_failing, Attempts, HeldKeys, Lane, LaneEvent, LaneInput, LaneReport, LaneSettings, Outcome, Recorder,
+};
 use crate::leader::Term;
 use crate::metrics::RelayMetrics;
 use crate::rocketmq::{PublishError, Publisher, PROBE_EVERY};
@@ -46,10 +49,10 @@ const MISSING_TOPIC_RECHECK: Duration = Duration::from_secs(30);
 /// Where a topic's events go.
 enum TopicLanes {
     /// One sender per queue index.
-    Queues(Vec<mpsc::UnboundedSender<LaneEvent>>),
+    Queues(Vec<LaneInput>),
     /// The topic is not on the cluster and not configured: its events are FAILED
     /// until `until`, then the route is looked up again.
-    Failing { lane: mpsc::UnboundedSender<LaneEvent>, until: Instant },
+    Failing { lane: LaneInput, until: Instant },
 }
 
 /// Counters for the progress log.
@@ -239,8 +242,7 @@ impl Coordinator {
                 Some(&failures_before) => Attempts::Once { failures_before },
                 None => Attempts::InPlace,
             };
-            // A lane only stops at shutdown; its events then stay unacknowledged.
-            let _ = lane.send(LaneEvent { tx_seq: seq, event, attempts });
+            lane.send(LaneEvent { tx_seq: seq, event, attempts });
         }
         Ok(self.advance())
     }
@@ -252,7 +254,6 @@ impl Coordinator {
             match report.outcome {
                 Outcome::Sent { msg_id, at } => {
                     progress.sent += 1;
-                    self.metrics.sent.inc();
                     let sent = Sent { id: report.id, event_id: report.event_id, msg_id, at };
                     // Only fails when the writer is gone (shutdown): the row then stays
                     // PENDING and is sent again later, never lost.
@@ -260,7 +261,6 @@ impl Coordinator {
                 }
                 Outcome::Failed => {
                     progress.failed += 1;
-                    self.metrics.failed.inc();
                 }
                 Outcome::Deferred => progress.deferred += 1,
                 Outcome::Held => progress.held += 1,
@@ -293,7 +293,6 @@ impl Coordinator {
         }
         self.metrics.in_flight_transactions.set(i64::try_from(self.tracker.in_flight()).unwrap_or(i64::MAX));
         let (Some(end), Some(durable)) = (advanced, self.durable.as_mut()) else { return false };
-        self.metrics.checkpoint_position.set(i64::try_from(end.pos).unwrap_or(i64::MAX));
         if let Some(commit_time) = end.commit_time {
             self.watermark.acknowledged(commit_time);
         }
@@ -358,13 +357,15 @@ impl Coordinator {
         Ok(TopicLanes::Queues(queues.into_iter().map(|queue| self.spawn_lane(queue)).collect()))
     }
 
-    fn spawn_lane(&self, queue: MessageQueue) -> mpsc::UnboundedSender<LaneEvent> {
+    fn spawn_lane(&self, queue: MessageQueue) -> LaneInput {
         let (tx, rx) = mpsc::unbounded_channel();
+        let queue_id = u32::try_from(queue.queue_id()).unwrap_or_default();
+        let inflight = self.metrics.lane_inflight(queue.topic(), queue_id);
         let lane = Lane {
             queue,
             publisher: Arc::clone(&self.publisher),
             settings: Arc::clone(&self.lane_settings),
-            recorder: self.recorder.clone(),
+            recorder: self.recorder.for_lane(inflight.clone()),
             metrics: self.metrics.clone(),
             health: self.health.clone(),
             held: self.held.clone(),
@@ -374,7 +375,7 @@ impl Coordinator {
             lane.run(rx).await;
             Ok(())
         });
-        tx
+        LaneInput::new(tx, inflight)
     }
 
     fn failing_topic(&self, topic: &str, error: &PublishError) -> TopicLanes {
@@ -386,7 +387,10 @@ impl Coordinator {
             run_failing(rx, reason, recorder, held).await;
             Ok(())
         });
-        TopicLanes::Failing { lane, until: Instant::now() + MISSING_TOPIC_RECHECK }
+        TopicLanes::Failing {
+            lane: LaneInput::new(lane, Gauge::default()),
+            until: Instant::now() + MISSING_TOPIC_RECHECK,
+        }
     }
 
     /// After the source stopped: take the reports of sends still running, for a while.

@@ -17,7 +17,9 @@
 //! runs one pipeline per leader term, and waits again when a term is lost.
 
 pub(crate) mod ack;
+mod cleanup;
 mod coordinator;
+mod gauges;
 pub mod route;
 mod sent_writer;
 mod start;
@@ -43,8 +45,9 @@ use crate::rocketmq::{ProducerSettings, Publisher};
 use crate::source::binlog::{Flavor, Reader, ReaderLinks, ReaderSettings};
 use crate::source::sweep::{BinlogGuard, SweepSettings, Sweeper, Watermark};
 use crate::source::{Budget, Handoff};
-use crate::store::{check_migrated, ClaimStore, LeaseStore, StatusStore};
+use crate::store::{check_migrated, ClaimStore, LeaseStore, Manual, StatusStore};
 use crate::supervise::Supervisor;
+use prometheus_client::metrics::gauge::Gauge;
 
 pub use crate::error::RelayError;
 use ack::AckTracker;
@@ -128,7 +131,9 @@ async fn serve(config: &Config, warm: &Warm, shutdown: CancellationToken) -> Res
     let metrics = RelayMetrics::register(&mut registry);
     let http_stop = CancellationToken::new();
     let (address, server) =
-        http::bind(&config.http.listen, Arc::new(registry), health.clone(), http_stop.clone()).await.map_err(|e| {
+        http::bind(&config.http.listen, Arc::new(registry), metrics.clone(), health.clone(), http_stop.clone())
+            .await
+            .map_err(|e| {
             RelayError::Environment(format!(
                 "cannot listen on {} (http.listen): {e}; choose a free address",
                 config.http.listen
@@ -172,8 +177,7 @@ async fn elect(
     );
     loop {
         health.set_role(Role::Standby);
-        metrics.leader.set(0);
-        metrics.leader_term.set(0);
+        metrics.stand_down();
         let standby = Standby {
             lease: &warm.lease,
             holder: warm.claims.owner(),
@@ -193,7 +197,7 @@ async fn elect(
             tracing::warn!(term = term.number(), "stepped down: standby again");
             continue;
         }
-        metrics.leader.set(0);
+        metrics.stand_down();
         release_lease(&warm.lease, &term).await;
         return led;
     }
@@ -338,7 +342,13 @@ async fn start_pipeline(
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
     let (sent_tx, sent_rx) = mpsc::channel(SENT_BACKLOG);
     supervisor.spawn("status writer", ok(sent_writer::run(status.clone(), sent_rx)));
-    supervisor.spawn("backlog gauges", ok(watch_pending(status.clone(), metrics.clone(), shutdown.clone())));
+    supervisor.spawn("outbox gauges", ok(gauges::watch_outbox(status.clone(), metrics.clone(), shutdown.clone())));
+    if config.cleanup.interval_ms > 0 {
+        let manual = Manual::new(primary.clone(), outbox.clone());
+        let instance = claims.owner().to_owned();
+        let cleaning = cleanup::run_scheduled(manual, config.cleanup.clone(), instance, shutdown.clone());
+        supervisor.spawn("scheduled cleanup", ok(cleaning));
+    }
 
     let watermark = Arc::new(Watermark::new(binlog.as_ref().and_then(|(_, b)| b.checkpoint.position.commit_time)));
     let (sweeps_tx, sweeps_rx) = mpsc::channel(4);
@@ -367,7 +377,10 @@ async fn start_pipeline(
     let (pins, durable) = match binlog {
         Some((source, binlog)) => {
             let pins = binlog.checkpoint.queue_counts.clone();
-            let (writer, writing, mirroring) = CheckpointWriter::start(Arc::clone(&source.store), mirror, term.clone());
+            metrics.lag.saved_through(binlog.checkpoint.position.commit_time);
+            let lag = Arc::clone(&metrics.lag);
+            let (writer, writing, mirroring) =
+                CheckpointWriter::start(Arc::clone(&source.store), mirror, term.clone(), lag);
             supervisor.spawn("checkpoint writer", async move { writing.await.map_err(RelayError::from) });
             supervisor.spawn("checkpoint mirror", ok(mirroring));
             let reader = Reader::new(
@@ -383,6 +396,8 @@ async fn start_pipeline(
                 },
             );
             supervisor.spawn("binlog reader", ok(reader.run(binlog.start, shutdown.child_token())));
+            let watching = gauges::watch_source(source.pool.clone(), metrics.clone(), shutdown.clone());
+            supervisor.spawn("source gauges", ok(watching));
             (pins, Some(Durable { writer, checkpoint: binlog.checkpoint }))
         }
         None => {
@@ -410,7 +425,15 @@ async fn start_pipeline(
             failed_key_policy: policy,
         }),
         held,
-        recorder: Recorder { status, claims: claims.clone(), backoff, reports: reports_tx, shutdown: shutdown.clone() },
+        recorder: Recorder {
+            status,
+            claims: claims.clone(),
+            backoff,
+            reports: reports_tx,
+            shutdown: shutdown.clone(),
+            metrics: metrics.clone(),
+            inflight: Gauge::default(),
+        },
         sent: sent_tx,
         metrics,
         health: health.clone(),
@@ -450,26 +473,6 @@ async fn release_claims(claims: &ClaimStore) {
         Ok(rows) => tracing::info!(rows, "released unfinished claims back to PENDING"),
         Err(error) => {
             tracing::warn!(%error, "cannot release unfinished claims; their lease expires and another sweeper takes them")
-        }
-    }
-}
-
-/// How often the PENDING backlog is measured for `outbox_oldest_pending_seconds`.
-const PENDING_POLL: Duration = Duration::from_secs(5);
-
-/// Keeps the backlog gauges current until shutdown.
-async fn watch_pending(status: StatusStore, metrics: RelayMetrics, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(PENDING_POLL);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => match status.pending_summary().await {
-                Ok((rows, oldest)) => {
-                    metrics.pending_rows.set(i64::try_from(rows).unwrap_or(i64::MAX));
-                    metrics.oldest_pending_seconds.set(oldest);
-                }
-                Err(error) => tracing::warn!(%error, "cannot measure the PENDING backlog"),
-            },
-            () = shutdown.cancelled() => return,
         }
     }
 }

@@ -53,7 +53,7 @@ pub async fn open(config: &Config, outbox: &OutboxTable) -> Result<BinlogSource,
     let pool = db::connect("source", &source.url, 2).await?;
     let address = source.url.address().to_owned();
     let mut conn = pool.get_conn().await.map_err(|e| DbError::query("source", &source.url, e))?;
-    let server = binlog::preflight(&mut conn, &address, source.server_id).await?;
+    let server = binlog::preflight(&mut conn, &address, source).await?;
     ColumnMap::load(&mut conn, &outbox.schema, &outbox.table)
         .await
         .map_err(|e| DbError::query("source", &source.url, e))??;
@@ -149,18 +149,11 @@ fn check_pins(config: &Config, saved: &Checkpoint) -> Result<(), RelayError> {
 
 /// Whether `a` is at least as far as `b` (no `b`: yes; no `a`: no).
 fn newer_or_same(a: Option<&Checkpoint>, b: Option<&Checkpoint>) -> bool {
-    let (a, b) = match (a, b) {
-        (_, None) => return true,
-        (None, Some(_)) => return false,
-        (Some(a), Some(b)) => (a, b),
-    };
-    let (ga, gb) = (a.position.gtid.as_deref().map(GtidState::parse), b.position.gtid.as_deref().map(GtidState::parse));
-    if let (Some(ga), Some(gb)) = (&ga, &gb) {
-        if (ga.is_mariadb() && gb.is_mariadb()) || (ga.is_mysql() && gb.is_mysql()) {
-            return ga.covers(gb);
-        }
+    match (a, b) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(a), Some(b)) => a.is_at_least(b),
     }
-    a.server_identity == b.server_identity && (&a.position.file, a.position.pos) >= (&b.position.file, b.position.pos)
 }
 
 #[cfg(test)]

@@ -27,10 +27,10 @@ use outbox_kit::{truncate_utf8, OutboxTable};
 use super::status::key_params;
 use super::{has_index, keyed, RowKey, TermFence, CLAIM_INDEX, FAILED, KEY_ORDER_INDEX, PENDING, SENDING};
 use crate::config::{ClaimMethod, FailedKeyPolicy};
-use crate::event::OutboxEvent;
+use crate::event::{local_millis, OutboxEvent};
 
 /// What a claim reads of each row.
-const SELECTED_COLUMNS: &str = "id, event_id, biz_key, topic, payload, retry_count";
+const SELECTED_COLUMNS: &str = "id, event_id, biz_key, topic, payload, retry_count, created_at";
 /// `last_error` column width.
 const LAST_ERROR_MAX: usize = 1024;
 /// Deadlock and lock wait timeout: a row another sweeper is claiming at the same moment.
@@ -400,11 +400,13 @@ impl ClaimStore {
 
 /// The event in a claimed row, or the row's id and why it cannot be read.
 fn to_event(row: Row) -> Result<(OutboxEvent, u32), Malformed> {
-    type Columns = (u64, String, String, String, Vec<u8>, u32);
+    type Columns = (u64, String, String, String, Vec<u8>, u32, Value);
     let id = row.get_opt::<u64, _>(0).and_then(Result::ok).unwrap_or_default();
-    let (id, event_id, biz_key, topic, payload, retry_count) = mysql_async::from_row_opt::<Columns>(row)
+    let (id, event_id, biz_key, topic, payload, retry_count, created_at) = mysql_async::from_row_opt::<Columns>(row)
         .map_err(|e| Malformed { id, reason: format!("the row cannot be read as an outbox event: {e}") })?;
-    Ok((OutboxEvent { id, event_id, biz_key, topic, payload: Bytes::from(payload) }, retry_count))
+    let created_local_ms = local_millis(&created_at);
+    let event = OutboxEvent { id, event_id, biz_key, topic, payload: Bytes::from(payload), created_local_ms };
+    Ok((event, retry_count))
 }
 
 /// Which `locked` (id, biz_key) rows a claim may take: none of a key after a `visible`

@@ -17,6 +17,8 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::Pool;
 
+use super::ReadFor;
+
 /// Name of the lease table (in the outbox table's schema).
 const LEASE_TABLE: &str = "outbox_relay_lease";
 
@@ -152,16 +154,49 @@ impl LeaseStore {
     /// The current holder, if the row exists.
     pub async fn holder(&self) -> Result<Option<LeaseHolder>, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
+        self.read_holder(&mut conn, ReadFor::Show).await
+    }
+
+    /// The current holder, read on `conn` inside the caller's transaction with the row
+    /// locked until it ends (a standby's take-over waits for it).
+    pub(crate) async fn holder_for_update(
+        &self,
+        conn: &mut impl Queryable,
+    ) -> Result<Option<LeaseHolder>, mysql_async::Error> {
+        self.read_holder(conn, ReadFor::Update).await
+    }
+
+    async fn read_holder(
+        &self,
+        conn: &mut impl Queryable,
+        read_for: ReadFor,
+    ) -> Result<Option<LeaseHolder>, mysql_async::Error> {
         let row: Option<(String, u64, i64)> = conn
             .exec_first(
                 format!(
-                    "SELECT holder, term, TIMESTAMPDIFF(MICROSECOND, NOW(3), lease_until) DIV 1000 FROM {} WHERE name = ?",
-                    self.table
+                    "SELECT holder, term, TIMESTAMPDIFF(MICROSECOND, NOW(3), lease_until) DIV 1000 FROM {} WHERE name = ?{}",
+                    self.table,
+                    read_for.sql()
                 ),
                 (&self.name,),
             )
             .await?;
         Ok(row.map(|(holder, term, remaining_ms)| LeaseHolder { holder, term, remaining_ms }))
+    }
+
+    /// Ends the current term on `conn`, inside the caller's transaction: the term goes
+    /// up by one and the lease runs out, so no write fenced by an earlier term changes
+    /// anything any more, its leader loses the next renewal and steps down, and the
+    /// next instance to take the lease starts a term after this one.
+    pub(crate) async fn end_term(&self, conn: &mut impl Queryable) -> Result<(), mysql_async::Error> {
+        conn.exec_drop(
+            format!(
+                "UPDATE {} SET term = term + 1, lease_until = LEAST(lease_until, NOW(3) - INTERVAL 1 SECOND) WHERE name = ?",
+                self.table
+            ),
+            (&self.name,),
+        )
+        .await
     }
 }
 

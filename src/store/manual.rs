@@ -294,16 +294,16 @@ fn id_params(ids: &[u64]) -> Params {
 }
 
 /// One audit row's content besides who, why and when.
-struct AuditEntry {
-    action: &'static str,
-    target: String,
-    old_state: String,
-    new_state: String,
-    result: String,
+pub(crate) struct AuditEntry {
+    pub(crate) action: &'static str,
+    pub(crate) target: String,
+    pub(crate) old_state: String,
+    pub(crate) new_state: String,
+    pub(crate) result: String,
 }
 
 /// Writes the audit row of `what` done by `by` on `conn` (inside the caller's transaction).
-async fn audit(
+pub(crate) async fn audit(
     conn: &mut impl Queryable,
     outbox: &OutboxTable,
     by: &Operator,

@@ -1,20 +1,26 @@
 //! SQL on the primary: the schema (migrations), status write-back, the sweep's
 //! claims and leases, the leader lease whose term fences every write, and the
-//! operator's audited manual actions (requeue, skip, cleanup) and status report.
+//! operator's audited manual actions (requeue, skip, cleanup), status report and
+//! read-only reconciliation against a consumer's dedup table.
 
 mod claims;
 mod lease;
 mod manual;
+mod reconcile;
 mod report;
 mod schema;
 mod status;
 
 pub use claims::{ClaimStore, Claimed, Cutoff, Malformed};
 pub use lease::{LeaseHolder, LeaseStore, TermFence};
+pub(crate) use manual::{audit, AuditEntry};
 pub use manual::{Change, Cleanup, FailedFilter, FailedRow, Manual, Operator, Target};
+pub use reconcile::{
+    DedupTable, Differences, DifferencesFound, Progress, Reconcile, Side, UtcTime, Window, WindowError,
+};
 pub use report::{status_report, LeaderReport, PositionReport, StatusReport};
 pub use schema::{check_migrated, has_index, migrate, MigrationReport, NotMigrated, CLAIM_INDEX, KEY_ORDER_INDEX};
-pub use status::{Sent, StatusStore};
+pub use status::{Backlog, Sent, StatusStore};
 
 use outbox_kit::RowStatus;
 
@@ -24,6 +30,24 @@ const SENDING: u8 = RowStatus::Sending.code();
 const SENT: u8 = RowStatus::Sent.code();
 const FAILED: u8 = RowStatus::Failed.code();
 const SKIPPED: u8 = RowStatus::Skipped.code();
+
+/// Whether a read is a plain look or locks its rows until the caller's transaction
+/// ends, for a change that depends on what it read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadFor {
+    Show,
+    Update,
+}
+
+impl ReadFor {
+    /// The clause that ends the `SELECT`.
+    pub(crate) fn sql(self) -> &'static str {
+        match self {
+            ReadFor::Show => "",
+            ReadFor::Update => " FOR UPDATE",
+        }
+    }
+}
 
 /// Which row a write-back is for: the id alone could name another row after the
 /// table was truncated or recreated while the relay was behind, so every write-back

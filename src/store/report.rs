@@ -7,9 +7,9 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Pool;
 use serde::Serialize;
 
-use outbox_kit::{OutboxTable, RowStatus};
+use outbox_kit::OutboxTable;
 
-use super::{LeaseStore, StatusStore, FAILED};
+use super::{LeaseHolder, LeaseStore, StatusStore, FAILED};
 
 /// The leader as the lease table shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -18,6 +18,17 @@ pub struct LeaderReport {
     pub term: u64,
     /// Milliseconds the lease still runs; negative: it ran out (no leader now).
     pub lease_remaining_ms: i64,
+}
+
+impl LeaderReport {
+    /// The report of the lease row `lease`; `None` when no instance has held it yet.
+    pub fn of(lease: LeaseHolder) -> Option<Self> {
+        (!lease.holder.is_empty()).then(|| Self {
+            holder: lease.holder,
+            term: lease.term,
+            lease_remaining_ms: lease.remaining_ms,
+        })
+    }
 }
 
 /// The mirrored checkpoint.
@@ -54,11 +65,7 @@ pub async fn status_report(
     lease: &LeaseStore,
 ) -> Result<StatusReport, mysql_async::Error> {
     let table = outbox.qualified();
-    let leader = lease.holder().await?.filter(|l| !l.holder.is_empty()).map(|l| LeaderReport {
-        holder: l.holder,
-        term: l.term,
-        lease_remaining_ms: l.remaining_ms,
-    });
+    let leader = lease.holder().await?.and_then(LeaderReport::of);
     let mut conn = pool.get_conn().await?;
     let position: Option<(String, u64, Option<String>, Option<String>, u64, String)> = conn
         .exec_first(
@@ -70,12 +77,11 @@ pub async fn status_report(
             (format!("{}.{}", outbox.schema, outbox.table),),
         )
         .await?;
-    let counts: Vec<(u8, u64)> =
-        conn.query(format!("SELECT status, COUNT(*) FROM {table} GROUP BY status ORDER BY status")).await?;
     let failed_keys: Option<u64> =
         conn.query_first(format!("SELECT COUNT(DISTINCT topic, biz_key) FROM {table} WHERE status = {FAILED}")).await?;
-    let (waiting, oldest_waiting_seconds) =
-        StatusStore::new(pool.clone(), outbox.clone(), lease.unheld()).pending_summary().await?;
+    let status = StatusStore::new(pool.clone(), outbox.clone(), lease.unheld());
+    let counts = status.row_counts(true).await?;
+    let backlog = status.backlog().await?;
     Ok(StatusReport {
         table,
         leader,
@@ -87,14 +93,9 @@ pub async fn status_report(
             term,
             updated_at,
         }),
-        rows: counts
-            .into_iter()
-            .map(|(code, n)| {
-                (RowStatus::from_code(code).map_or_else(|| format!("status {code}"), |s| s.name().to_owned()), n)
-            })
-            .collect(),
-        waiting,
-        oldest_waiting_seconds,
+        rows: counts.into_iter().filter(|(_, n)| *n > 0).map(|(status, n)| (status.name().to_owned(), n)).collect(),
+        waiting: backlog.waiting,
+        oldest_waiting_seconds: backlog.oldest_waiting_secs,
         failed_keys: failed_keys.unwrap_or_default(),
     })
 }

@@ -11,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Pool, Value};
 
-use outbox_kit::{truncate_utf8, OutboxTable};
+use outbox_kit::{truncate_utf8, OutboxTable, RowStatus};
 
 use super::{keyed, RowKey, TermFence, FAILED, PENDING, SENDING, SENT, SKIPPED};
 
@@ -25,6 +25,16 @@ pub struct StatusStore {
     pool: Pool,
     outbox: OutboxTable,
     fence: TermFence,
+}
+
+/// The age of the backlog, by the database's clock.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backlog {
+    /// Rows waiting: PENDING, and SENDING whose lease has passed.
+    pub waiting: u64,
+    pub oldest_waiting_secs: f64,
+    /// Seconds the database's local time (its default time zone) is ahead of UTC.
+    pub zone_offset_secs: i64,
 }
 
 /// One row to mark SENT.
@@ -70,19 +80,40 @@ impl StatusStore {
         self.exec(sql, params).await
     }
 
-    /// (rows waiting to be sent: PENDING, and SENDING whose lease has passed or was
-    /// never set; age in seconds of the oldest one) for the lag metrics.
-    pub async fn pending_summary(&self) -> Result<(u64, f64), mysql_async::Error> {
+    /// How many rows wait to be sent (PENDING, or SENDING whose lease has passed or
+    /// was never set) and how late the oldest is, in seconds of the database's own
+    /// clock; and how far the database's local time is ahead of UTC.
+    pub async fn backlog(&self) -> Result<Backlog, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
-        let row: Option<(u64, Option<i64>)> = conn
+        let row: Option<(u64, Option<i64>, i64)> = conn
             .query_first(format!(
-                "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(3)) FROM {} \
-                 WHERE status = {PENDING} OR (status = {SENDING} AND (lease_until IS NULL OR lease_until < NOW(3)))",
+                "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(3)), TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()) \
+                 FROM {} WHERE status = {PENDING} OR (status = {SENDING} AND (lease_until IS NULL OR lease_until < NOW(3)))",
                 self.outbox.qualified()
             ))
             .await?;
-        let (pending, micros) = row.unwrap_or((0, None));
-        Ok((pending, micros.unwrap_or(0).max(0) as f64 / 1e6))
+        let (waiting, micros, zone_offset_secs) = row.unwrap_or((0, None, 0));
+        Ok(Backlog { waiting, oldest_waiting_secs: micros.unwrap_or(0).max(0) as f64 / 1e6, zone_offset_secs })
+    }
+
+    /// Rows per status; SENT rows (the whole retention window, the costly count) only
+    /// with `with_sent`. Statuses without rows are counted 0.
+    pub async fn row_counts(&self, with_sent: bool) -> Result<Vec<(RowStatus, u64)>, mysql_async::Error> {
+        let statuses: Vec<RowStatus> =
+            RowStatus::ALL.into_iter().filter(|s| with_sent || *s != RowStatus::Sent).collect();
+        let codes: Vec<String> = statuses.iter().map(|s| s.code().to_string()).collect();
+        let mut conn = self.pool.get_conn().await?;
+        let found: Vec<(u8, u64)> = conn
+            .query(format!(
+                "SELECT status, COUNT(*) FROM {} WHERE status IN ({}) GROUP BY status",
+                self.outbox.qualified(),
+                codes.join(",")
+            ))
+            .await?;
+        Ok(statuses
+            .into_iter()
+            .map(|status| (status, found.iter().find(|(code, _)| *code == status.code()).map_or(0, |(_, n)| *n)))
+            .collect())
     }
 
     /// Marks `rows` FAILED with `reason` (status 3, retry_count + 1, last_error).

@@ -34,7 +34,7 @@ impl RelayOptions {
     }
 
     /// Every variable the relay gets: the stack's addresses, then the test's own.
-    fn environment(&self, stack: &Stack) -> Vec<(String, String)> {
+    pub fn environment(&self, stack: &Stack) -> Vec<(String, String)> {
         let server_id = 100_000 + (uuid::Uuid::now_v7().as_u128() % 1_000_000_000) as u32;
         let mut env: Vec<(String, String)> = Vec::new();
         let mut set = |key: &str, value: String| env.push((key.to_owned(), value));
@@ -95,6 +95,11 @@ impl RelayProcess {
     /// The value of counter or gauge `name` on the relay's /metrics.
     pub fn metric(&self, name: &str) -> f64 {
         self.0.metric(name).unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// The sum of every series of the metric family `name`.
+    pub fn metric_sum(&self, name: &str) -> f64 {
+        self.0.metric_sum(name).unwrap_or_else(|e| panic!("{e:#}"))
     }
 
     /// The OS process id (for SIGSTOP/SIGKILL scenarios).

@@ -24,6 +24,24 @@ impl Percentiles {
     }
 }
 
+/// The `q` quantile of a histogram's cumulative buckets ((upper bound, count), the
+/// last `+Inf`), interpolated inside its bucket as Prometheus' `histogram_quantile`
+/// does; `None` without observations or when it falls in the `+Inf` bucket.
+pub fn histogram_quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> {
+    let total = buckets.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = q * total;
+    let at = buckets.iter().position(|&(_, count)| count >= rank)?;
+    let (upper, count) = buckets[at];
+    let (lower, below) = if at == 0 { (0.0, 0.0) } else { buckets[at - 1] };
+    if upper.is_infinite() {
+        return None;
+    }
+    Some(lower + (upper - lower) * (rank - below) / (count - below).max(f64::MIN_POSITIVE))
+}
+
 /// One result.
 #[derive(Debug, Clone, Serialize)]
 pub struct Measurement {
@@ -43,6 +61,9 @@ pub struct Measurement {
     pub vs_raw: Option<f64>,
     pub offered_per_s: Option<f64>,
     pub latency: Option<Percentiles>,
+    /// The median of the relay's own `relay_commit_to_ack_seconds`, milliseconds, to
+    /// set beside `latency.p50_ms` (latency runs).
+    pub relay_p50_ms: Option<f64>,
     pub peak_rss_mib: Option<f64>,
 }
 
@@ -60,6 +81,7 @@ impl Measurement {
             vs_raw: None,
             offered_per_s: None,
             latency: None,
+            relay_p50_ms: None,
             peak_rss_mib: None,
         }
     }
@@ -82,13 +104,24 @@ pub fn add_ratios(results: &mut [Measurement]) {
 pub fn table(results: &[Measurement], setup: &str) -> String {
     let mut out = format!("\n{setup}\n\n");
     out.push_str(&format!(
-        "{:<8} {:<7} {:>9} {:>8} {:>10} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
-        "case", "mode", "events", "seconds", "events/s", "vs raw", "p50 ms", "p90 ms", "p99 ms", "max ms", "peak RSS"
+        "{:<8} {:<7} {:>9} {:>8} {:>10} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12}\n",
+        "case",
+        "mode",
+        "events",
+        "seconds",
+        "events/s",
+        "vs raw",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "max ms",
+        "peak RSS",
+        "relay p50 ms"
     ));
     for m in results {
         let ms = |f: fn(&Percentiles) -> f64| m.latency.as_ref().map(|p| format!("{:.1}", f(p))).unwrap_or_default();
         out.push_str(&format!(
-            "{:<8} {:<7} {:>9} {:>8.2} {:>10.0} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
+            "{:<8} {:<7} {:>9} {:>8.2} {:>10.0} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12}\n",
             m.case,
             m.mode,
             m.events,
@@ -100,6 +133,7 @@ pub fn table(results: &[Measurement], setup: &str) -> String {
             ms(|p| p.p99_ms),
             ms(|p| p.max_ms),
             m.peak_rss_mib.map(|r| format!("{r:.0} MiB")).unwrap_or_default(),
+            m.relay_p50_ms.map(|p| format!("{p:.1}")).unwrap_or_default(),
         ));
     }
     out.push('\n');
@@ -115,6 +149,15 @@ mod tests {
         let p = Percentiles::of((1..=100).map(f64::from).collect()).expect("samples");
         assert_eq!((p.p50_ms, p.p90_ms, p.p99_ms, p.max_ms), (50.0, 90.0, 99.0, 100.0));
         assert!(Percentiles::of(Vec::new()).is_none());
+    }
+
+    #[test]
+    fn histogram_quantiles_interpolate_inside_the_bucket() {
+        let buckets = [(0.001, 0.0), (0.002, 40.0), (0.004, 80.0), (f64::INFINITY, 100.0)];
+        assert_eq!(histogram_quantile(0.5, &buckets), Some(0.0025));
+        assert_eq!(histogram_quantile(0.2, &buckets), Some(0.0015));
+        assert_eq!(histogram_quantile(0.9, &buckets), None, "in the +Inf bucket");
+        assert_eq!(histogram_quantile(0.5, &[(f64::INFINITY, 0.0)]), None, "no observations");
     }
 
     #[test]

@@ -205,9 +205,14 @@ impl RelayChild {
         Ok(Instant::now())
     }
 
-    /// A counter from /metrics.
-    pub fn metric(&self, name: &str) -> anyhow::Result<f64> {
-        self.0.metric(name)
+    /// A counter from /metrics, summed over its labels.
+    pub fn metric_sum(&self, name: &str) -> anyhow::Result<f64> {
+        self.0.metric_sum(name)
+    }
+
+    /// A histogram's cumulative buckets from /metrics.
+    pub fn histogram(&self, name: &str) -> anyhow::Result<Vec<(f64, f64)>> {
+        self.0.histogram(name)
     }
 
     /// Peak resident memory so far (VmHWM), MiB.

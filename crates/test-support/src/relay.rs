@@ -83,6 +83,40 @@ impl RelayProcess {
             .with_context(|| format!("metric {name} not on /metrics:\n{body}"))
     }
 
+    /// The sum of every series of the metric family `name` (all label values).
+    pub fn metric_sum(&self, name: &str) -> anyhow::Result<f64> {
+        let body = self.get("/metrics")?;
+        let values: Vec<f64> = body
+            .lines()
+            .filter_map(|line| line.strip_prefix(name))
+            .filter_map(|rest| match rest.as_bytes().first() {
+                Some(b' ') => Some(rest),
+                Some(b'{') => rest.split_once("} ").map(|(_, value)| value),
+                _ => None,
+            })
+            .filter_map(|value| value.trim().parse().ok())
+            .collect();
+        anyhow::ensure!(!values.is_empty(), "metric {name} not on /metrics:\n{body}");
+        Ok(values.iter().sum())
+    }
+
+    /// The cumulative buckets of histogram `name`: (upper bound, count) in order,
+    /// the last one `+Inf`.
+    pub fn histogram(&self, name: &str) -> anyhow::Result<Vec<(f64, f64)>> {
+        let body = self.get("/metrics")?;
+        let prefix = format!("{name}_bucket{{le=\"");
+        let buckets: Vec<(f64, f64)> = body
+            .lines()
+            .filter_map(|line| line.strip_prefix(&prefix)?.split_once("\"} "))
+            .filter_map(|(le, count)| {
+                let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+                Some((le, count.trim().parse().ok()?))
+            })
+            .collect();
+        anyhow::ensure!(!buckets.is_empty(), "histogram {name} not on /metrics:\n{body}");
+        Ok(buckets)
+    }
+
     /// Waits for the relay to exit on its own; its exit code.
     pub async fn wait_exit(&mut self, deadline: Duration) -> anyhow::Result<Option<i32>> {
         let what = format!("the relay to exit (log {})", self.log.display());

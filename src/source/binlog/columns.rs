@@ -14,6 +14,8 @@ pub struct ColumnMap {
     pub biz_key: usize,
     pub topic: usize,
     pub payload: usize,
+    /// `created_at`, when the table has it: the start of the commit-to-ack latency.
+    pub created_at: Option<usize>,
     /// How many columns the table had when this map was made.
     pub count: usize,
 }
@@ -49,6 +51,7 @@ impl ColumnMap {
             biz_key: position(biz_key)?,
             topic: position(topic)?,
             payload: position(payload)?,
+            created_at: position("created_at").ok(),
             count: names.len(),
         })
     }
@@ -82,6 +85,7 @@ mod tests {
         let map = ColumnMap::from_names("app.o", &names(&["payload", "ID", "topic", "x", "biz_key", "event_id"]))
             .expect("map");
         assert_eq!((map.id, map.event_id, map.biz_key, map.topic, map.payload, map.count), (1, 5, 4, 2, 0, 6));
+        assert_eq!(map.created_at, None, "optional");
     }
 
     #[test]

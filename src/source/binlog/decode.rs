@@ -34,7 +34,7 @@ use super::mariadb;
 use super::prepared::PreparedXa;
 use super::statement::{Statement, XaStatement};
 use super::xa::{XaPrepare, Xid};
-use crate::event::OutboxEvent;
+use crate::event::{local_millis, OutboxEvent};
 use crate::source::BinlogPosition;
 use crate::source::SourceTx;
 
@@ -354,12 +354,16 @@ impl Decoder {
         let event_id = text(cloned(&row, columns.event_id, "event_id")?, "event_id")?;
         let biz_key = text(cloned(&row, columns.biz_key, "biz_key")?, "biz_key")?;
         let topic = text(cloned(&row, columns.topic, "topic")?, "topic")?;
+        let created_local_ms = columns.created_at.and_then(|index| row.as_ref(index)).and_then(|value| {
+            let value = Value::try_from(value.clone()).ok()?;
+            local_millis(&value)
+        });
         // The payload is the big value: taken, not copied.
         let payload = match convert(row.take(columns.payload).ok_or_else(|| missing("payload"))?, "payload")? {
             Value::Bytes(bytes) => Bytes::from(bytes),
             other => return Err(self.bad_row(pos, "payload", &format!("not text or JSON: {other:?}"))),
         };
-        Ok(OutboxEvent { id, event_id, biz_key, topic, payload })
+        Ok(OutboxEvent { id, event_id, biz_key, topic, payload, created_local_ms })
     }
 
     fn bad_row(&self, pos: u64, column: &'static str, detail: &str) -> DecodeError {
@@ -451,7 +455,8 @@ mod tests {
     /// savepoints on MariaDB 10.11, written by the script beside it into
     /// `app.xa_fixture_outbox` (id, event_id, biz_key, topic, payload).
     const XA_FIXTURE: &str = "mariadb-10.11-xa-savepoint.000003";
-    const XA_COLUMNS: ColumnMap = ColumnMap { id: 0, event_id: 1, biz_key: 2, topic: 3, payload: 4, count: 5 };
+    const XA_COLUMNS: ColumnMap =
+        ColumnMap { id: 0, event_id: 1, biz_key: 2, topic: 3, payload: 4, created_at: None, count: 5 };
 
     #[test]
     fn xa_rows_wait_for_xa_commit_and_positions_stay_before_an_undecided_prepare() {
@@ -523,7 +528,7 @@ mod tests {
         // toddy_test.outbox(id INT, name VARCHAR, n INT, payload JSON, created TIMESTAMP):
         // map every text field to the VARCHAR column and the payload to the JSON one.
         let mut decoder = decoder("toddy_test", "outbox", "mariadb-bin.000001", NO_PARTS);
-        let columns = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 3, count: 5 };
+        let columns = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 3, created_at: None, count: 5 };
         let commits: Vec<SourceTx> = decode_all(&shared("mariadb-bin.000001"), &mut decoder, Some(columns))
             .into_iter()
             .filter(|tx| !tx.events.is_empty())
@@ -557,7 +562,7 @@ mod tests {
     fn mysql_binary_json_is_published_as_json_text() {
         // mysql.t(id INT, json_col JSON, name VARCHAR AS (...), age INT AS (...)).
         let mut decoder = decoder("mysql", "t", "json.binlog.000001", NO_PARTS);
-        let columns = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 1, count: 4 };
+        let columns = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 1, created_at: None, count: 4 };
         let events: Vec<OutboxEvent> = decode_all(&shared("json.binlog.000001"), &mut decoder, Some(columns))
             .into_iter()
             .flat_map(|tx| tx.events)

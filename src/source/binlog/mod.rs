@@ -30,6 +30,8 @@ mod gtid;
 mod mariadb;
 mod preflight;
 mod prepared;
+pub mod settings;
+mod standing;
 mod statement;
 mod xa;
 
@@ -45,7 +47,8 @@ use tokio_util::sync::CancellationToken;
 pub use columns::{ColumnError, ColumnMap};
 pub use decode::{DecodeError, Decoded, Decoder};
 pub use gtid::GtidState;
-pub use preflight::{check as preflight, current_position, Flavor, PreflightError, ServerInfo};
+pub use preflight::{check as preflight, current_position, read_facts, Flavor, PreflightError, ServerInfo};
+pub use standing::{bytes_after, expire_seconds, replication, Replication};
 
 use super::{BinlogPosition, Handoff, Origin, PipelineClosed, SourceTx};
 use crate::backoff::Backoff;
@@ -296,8 +299,12 @@ impl Reader {
             };
             let mut flush_now = false;
             match tx {
-                Decoded::Commit(tx) if tx.events.is_empty() => unflushed = tx.end().cloned(),
+                Decoded::Commit(tx) if tx.events.is_empty() => {
+                    self.read_through(tx.end());
+                    unflushed = tx.end().cloned();
+                }
                 Decoded::Commit(tx) => {
+                    self.read_through(tx.end());
                     unflushed = None;
                     last_flush = tokio::time::Instant::now();
                     self.hand_on(tx, position).await?;
@@ -306,6 +313,7 @@ impl Reader {
                     // Read up to the end: the binlog path has seen everything committed until now.
                     let mut end = unflushed.take().unwrap_or_else(|| position.clone());
                     end.commit_time = Some(unix_now());
+                    self.read_through(Some(&end));
                     unflushed = Some(end);
                     flush_now = true;
                 }
@@ -319,6 +327,13 @@ impl Reader {
                 last_flush = tokio::time::Instant::now();
                 self.hand_on(SourceTx::binlog(Vec::new(), end), position).await?;
             }
+        }
+    }
+
+    /// Records for the lag metrics that the reader has read through `end`.
+    fn read_through(&self, end: Option<&BinlogPosition>) {
+        if let Some(end) = end {
+            self.links.metrics.lag.read_through(&end.file, end.pos, end.commit_time);
         }
     }
 

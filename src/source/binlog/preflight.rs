@@ -1,14 +1,21 @@
 //! Checks of the source server before tailing its binlog, and where "now" is.
 //!
-//! Every setting the relay depends on is checked at start with an error that names
-//! the setting, its value and the fix: binlog off, STATEMENT/MIXED format, MINIMAL
-//! row image, MariaDB binlog compression, missing replication privileges. A setting
-//! the relay works with but that weakens what it can promise (`sync_binlog` other
-//! than 1) is a warning with the fix.
+//! Every setting the relay depends on is read at start and judged by
+//! [`settings::verdicts`](super::settings::verdicts), the same verdicts
+//! `outbox-relay check` prints: every setting that makes the relay refuse (binlog
+//! off, STATEMENT/MIXED format, MINIMAL row image, MariaDB binlog compression, a
+//! replica that does not log what it replicates, a clashing server_id, binlogs purged
+//! sooner than `source.max_downtime_secs`) is named in one error with its fix, and
+//! every setting that only weakens what the relay can promise (`sync_binlog` other
+//! than 1, ...) is logged as a warning with its fix. Then the replication privilege
+//! is checked by reading the current position.
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
+use super::settings::{verdicts, Expected, SourceFacts, VARIABLES};
+use crate::check::{Finding, Level};
+use crate::config::SourceConfig;
 use crate::source::BinlogPosition;
 
 /// Which server family: they differ in GTIDs, compression and status statements.
@@ -16,6 +23,17 @@ use crate::source::BinlogPosition;
 pub enum Flavor {
     MariaDb,
     MySql,
+}
+
+impl Flavor {
+    /// The family of a server reporting `version` (`SELECT VERSION()`).
+    pub fn of_version(version: &str) -> Self {
+        if version.contains("MariaDB") {
+            Flavor::MariaDb
+        } else {
+            Flavor::MySql
+        }
+    }
 }
 
 /// What the relay learned about the source.
@@ -32,135 +50,60 @@ pub struct ServerInfo {
 pub enum PreflightError {
     #[error("source {address}: {setting} is {value}, the relay needs {expected}; {fix}")]
     Setting { address: String, setting: &'static str, value: String, expected: &'static str, fix: &'static str },
+    #[error("source {address}: {}", list(failed))]
+    Settings { address: String, failed: Vec<Finding> },
     #[error("source {address}: the replication user lacks a privilege ({detail}); grant REPLICATION SLAVE, REPLICATION CLIENT ON *.* and SELECT on the outbox table")]
     Privilege { address: String, detail: String },
     #[error("source {address}: {detail}")]
     Query { address: String, detail: String },
 }
 
-/// "Unknown system variable": a server older than the variable.
-const UNKNOWN_SYSTEM_VARIABLE: u16 = 1193;
+/// Every failed setting in one line, so one restart shows all there is to fix.
+fn list(failed: &[Finding]) -> String {
+    let count = match failed.len() {
+        1 => String::new(),
+        n => format!("{n} settings stop the relay: "),
+    };
+    count + &failed.iter().map(ToString::to_string).collect::<Vec<_>>().join("; and ")
+}
 
 /// MySQL error codes for "access denied" to a statement or variable.
 const ACCESS_DENIED: [u16; 3] = [1045, 1142, 1227];
 
-/// Checks binlog settings for a relay registering as `relay_server_id`, and returns
-/// the server's identity.
-pub async fn check(conn: &mut Conn, address: &str, relay_server_id: u32) -> Result<ServerInfo, PreflightError> {
-    let values = text_row(
-        conn,
-        address,
-        "SELECT @@version, @@server_id, @@hostname, @@port, @@log_bin, @@binlog_format, @@binlog_row_image, @@sync_binlog",
-    )
-    .await?;
-    let [version, server_id, hostname, port, log_bin, format, row_image, sync_binlog] = <[String; 8]>::try_from(values)
-        .map_err(|_| PreflightError::Query {
-            address: address.to_owned(),
-            detail: "unexpected answer to SELECT @@version".into(),
-        })?;
-    let setting = |setting, value: &str, expected, fix| PreflightError::Setting {
-        address: address.to_owned(),
-        setting,
-        value: value.to_owned(),
-        expected,
-        fix,
-    };
-    if !matches!(log_bin.as_str(), "1" | "ON") {
-        return Err(setting(
-            "log_bin",
-            &log_bin,
-            "ON",
-            "start the server with --log-bin (binary logging) and a server_id",
-        ));
-    }
-    if !format.eq_ignore_ascii_case("ROW") {
-        return Err(setting(
-            "binlog_format",
-            &format,
-            "ROW",
-            "set binlog_format = ROW (STATEMENT and MIXED do not carry row values)",
-        ));
-    }
-    if !row_image.eq_ignore_ascii_case("FULL") {
-        return Err(setting(
-            "binlog_row_image",
-            &row_image,
-            "FULL",
-            "set binlog_row_image = FULL (MINIMAL/NOBLOB can omit outbox columns)",
-        ));
-    }
-    if !syncs_every_commit(&sync_binlog) {
-        tracing::warn!(
-            address,
-            sync_binlog = %sync_binlog,
-            "source {address}: sync_binlog is {sync_binlog}, not 1: after a crash of the source its binlog can lack transactions the relay already published (then rolled back on the source) or that stayed committed (left to the sweep); fix: set sync_binlog = 1 on the source"
-        );
-    }
-    if server_id == relay_server_id.to_string() {
-        return Err(setting(
-            "source.server_id",
-            &server_id,
-            "a server_id other than the source's own",
-            "give source.server_id a value unique among the source's replicas and different from the source's server_id",
-        ));
-    }
-    let flavor = if version.contains("MariaDB") { Flavor::MariaDb } else { Flavor::MySql };
-    let identity = match flavor {
-        Flavor::MariaDb => {
-            let compress = text_row(conn, address, "SELECT @@log_bin_compress").await?;
-            if let Some(value) = compress.into_iter().next().filter(|v| matches!(v.as_str(), "1" | "ON")) {
-                return Err(setting(
-                    "log_bin_compress",
-                    &value,
-                    "OFF",
-                    "set log_bin_compress = OFF (compressed events cannot be decoded)",
-                ));
-            }
-            format!("{server_id}@{hostname}:{port}")
+/// Checks the source's settings for a relay configured with `source`, and returns
+/// the server's identity. Every FAIL is in the one error; warnings are logged.
+pub async fn check(conn: &mut Conn, address: &str, source: &SourceConfig) -> Result<ServerInfo, PreflightError> {
+    let facts = read_facts(conn, address).await?;
+    let mut failed = Vec::new();
+    for finding in verdicts(&facts, &Expected::of(source)) {
+        match finding.level {
+            Level::Ok => {}
+            Level::Warn => tracing::warn!(address, setting = %finding.name, "source {address}: {finding}"),
+            Level::Fail => failed.push(finding),
         }
-        Flavor::MySql => {
-            let uuid = text_row(conn, address, "SELECT @@server_uuid").await?;
-            uuid.into_iter().next().unwrap_or_else(|| format!("{server_id}@{hostname}:{port}"))
-        }
-    };
-    check_replica_logs_updates(conn, address, flavor).await?;
+    }
+    if !failed.is_empty() {
+        return Err(PreflightError::Settings { address: address.to_owned(), failed });
+    }
     // The replication privilege is needed to read "now"; check it here, not mid-start.
-    current_position(conn, flavor, address).await?;
-    Ok(ServerInfo { flavor, version, identity })
+    current_position(conn, facts.flavor, address).await?;
+    Ok(facts.server_info())
 }
 
-/// A replica writes what it replicates to its own binlog only with
-/// `log_slave_updates` (MySQL 8.0.26+: `log_replica_updates`); without it the relay
-/// would see none of the primary's outbox rows and every one would arrive late, by
-/// the sweep. A server counts as a replica when it is read-only or has a replication
-/// channel configured (when the user may see that); a primary promoted from a replica
-/// is neither.
-async fn check_replica_logs_updates(conn: &mut Conn, address: &str, flavor: Flavor) -> Result<(), PreflightError> {
-    let logs_updates = match raw_text_row(conn, "SELECT @@log_replica_updates").await {
-        // MariaDB and MySQL before 8.0.26 know only the old name.
-        Err(mysql_async::Error::Server(e)) if e.code == UNKNOWN_SYSTEM_VARIABLE => {
-            text_row(conn, address, "SELECT @@log_slave_updates").await?
-        }
-        other => other.map_err(|e| classify(address, e))?,
-    };
-    let read_only_sql = match flavor {
-        Flavor::MariaDb => "SELECT @@read_only",
-        Flavor::MySql => "SELECT @@read_only OR @@super_read_only",
-    };
-    let read_only = text_row(conn, address, read_only_sql).await?;
+/// Reads the source's global settings and whether it replicates from another server.
+pub async fn read_facts(conn: &mut Conn, address: &str) -> Result<SourceFacts, PreflightError> {
+    let names = VARIABLES.iter().map(|name| format!("'{name}'")).collect::<Vec<_>>().join(", ");
+    let rows: Vec<mysql_async::Row> = conn
+        .query(format!("SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})"))
+        .await
+        .map_err(|e| classify(address, e))?;
+    let variables = rows.into_iter().filter_map(|row| {
+        let mut values = row.unwrap_raw().into_iter().map(value_text);
+        Some((values.next()?, values.next()?))
+    });
     // Needs a monitoring privilege the relay does not ask for: unknown without it.
-    let replicates = raw_text_row(conn, "SHOW SLAVE STATUS").await.is_ok_and(|row| !row.is_empty());
-    let is_on = |values: &[String]| values.first().is_some_and(|v| matches!(v.as_str(), "1" | "ON"));
-    if !is_on(&logs_updates) && (is_on(&read_only) || replicates) {
-        return Err(PreflightError::Setting {
-            address: address.to_owned(),
-            setting: "log_slave_updates",
-            value: "OFF".to_owned(),
-            expected: "ON on a replica",
-            fix: "set log_slave_updates = ON (MySQL: log_replica_updates = ON) on the replica and restart it, or point source.url at a server that writes what it replicates to its binlog",
-        });
-    }
-    Ok(())
+    let replicates = raw_text_row(conn, "SHOW SLAVE STATUS").await.ok().map(|row| !row.is_empty());
+    Ok(SourceFacts::new(variables, replicates))
 }
 
 /// The server's current binlog end: where a relay without a checkpoint starts.
@@ -198,12 +141,6 @@ pub async fn current_position(
     Ok(BinlogPosition { file, pos, gtid, commit_time: None })
 }
 
-/// `sync_binlog = 1`: the binlog is on disk before a commit returns. Any other value
-/// lets a crash of the source lose the binlog's tail, which the relay may have read.
-fn syncs_every_commit(sync_binlog: &str) -> bool {
-    sync_binlog.trim() == "1"
-}
-
 /// The first row of `sql` as text values (NULL as ""), or empty when there is no row.
 /// Read as text on purpose: typed conversion of an unexpected column panics.
 async fn text_row(conn: &mut Conn, address: &str, sql: &str) -> Result<Vec<String>, PreflightError> {
@@ -229,18 +166,5 @@ fn classify(address: &str, error: mysql_async::Error) -> PreflightError {
             PreflightError::Privilege { address: address.to_owned(), detail: e.message.clone() }
         }
         _ => PreflightError::Query { address: address.to_owned(), detail: error.to_string() },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_sync_binlog_1_is_safe() {
-        assert!(syncs_every_commit("1"));
-        for value in ["0", "100", ""] {
-            assert!(!syncs_every_commit(value), "{value:?}");
-        }
     }
 }

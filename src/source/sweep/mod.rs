@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::Backoff;
 use crate::health::{Health, Part};
 use crate::lanes::HeldKeys;
-use crate::metrics::RelayMetrics;
+use crate::metrics::{FailReason, RelayMetrics};
 use crate::source::{Handoff, Origin, SourceTx};
 use crate::store::{ClaimStore, Claimed, Cutoff, Malformed, StatusStore};
 
@@ -255,7 +255,7 @@ impl Sweeper {
         for row in malformed {
             tracing::error!(id = row.id, reason = %row.reason, "a claimed row cannot be read as an event: marking it FAILED");
             self.status.mark_failed_by_id(&[row.id], &row.reason).await?;
-            self.metrics.failed.inc();
+            self.metrics.failed(FailReason::Malformed, 1);
         }
         Ok(())
     }

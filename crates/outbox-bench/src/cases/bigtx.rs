@@ -26,7 +26,7 @@ async fn one_transaction(rig: &Rig) -> anyhow::Result<Measurement> {
     let committed = Instant::now();
     let limit = Duration::from_secs(1_800);
     until("every row SEND_OK", limit, || async {
-        Ok(relay.metric("relay_events_sent_total").unwrap_or(0.0) >= rows as f64)
+        Ok(relay.metric_sum("relay_events_published_total").unwrap_or(0.0) >= rows as f64)
     })
     .await?;
     let done = until("every row SENT in the table", limit, || async { Ok(rig.unsent(&table).await? == 0) }).await?;

@@ -35,7 +35,7 @@ pub async fn backlog(rig: &Rig, mode: Mode, case: &'static str, rows: usize) -> 
     let mut relay = rig.relay(mode, &table, &checkpoint)?;
     let ready = relay.wait_ready().await?;
     let send_ok = until("every row SEND_OK", LIMIT, || async {
-        Ok(relay.metric("relay_events_sent_total").unwrap_or(0.0) >= rows as f64)
+        Ok(relay.metric_sum("relay_events_published_total").unwrap_or(0.0) >= rows as f64)
     })
     .await?;
     let mut done = until("every row SENT in the table", LIMIT, || async { Ok(rig.unsent(&table).await? == 0) }).await?;

@@ -1,7 +1,9 @@
 //! `latency`: a fixed offered load of single-row transactions (`--rate` per second for
 //! `--seconds`), commit to SEND_OK per event. The commit time is taken by the writer
 //! when its COMMIT returns (fractional seconds); SEND_OK is the row's `sent_at`, which
-//! the relay records when the broker answers (millisecond resolution).
+//! the relay records when the broker answers (millisecond resolution). Beside it, the
+//! median of the relay's own `relay_commit_to_ack_seconds` over the same events, so
+//! the metric can be checked against an outside measurement.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,7 +12,7 @@ use anyhow::Context;
 use mysql_async::prelude::Queryable;
 
 use crate::options::Mode;
-use crate::report::{Measurement, Percentiles};
+use crate::report::{histogram_quantile, Measurement, Percentiles};
 use crate::rig::{until, Rig};
 
 /// Concurrent writer connections, so commits overlap as in an application.
@@ -68,6 +70,8 @@ async fn run(rig: &Rig, mode: Mode) -> anyhow::Result<Measurement> {
     let mut measurement = Measurement::throughput("latency", mode.name(), latencies.len(), last - first);
     measurement.offered_per_s = Some(rig.options.rate as f64);
     measurement.latency = Percentiles::of(latencies);
+    let relay_buckets = relay.histogram("relay_commit_to_ack_seconds")?;
+    measurement.relay_p50_ms = histogram_quantile(0.5, &relay_buckets).map(|s| s * 1_000.0);
     measurement.peak_rss_mib = Some(relay.peak_rss_mib()?);
     relay.stop()?;
     rig.drop_table(&table).await?;

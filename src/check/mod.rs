@@ -1,0 +1,193 @@
+//! `outbox-relay check`: every check the relay makes before it runs, and a few it only
+//! warns about, in one report instead of one refusal at a time.
+//!
+//! Each check gives one [`Finding`]: ok, warn (the relay works, but less well than it
+//! could) or FAIL (the relay refuses to start, or would stop, until it is fixed), what
+//! was found and, unless ok, the fix. The source's settings are judged by the same
+//! functions the relay's start uses (`source::binlog::settings`); grants are read from
+//! `SHOW GRANTS`, never by trying statements, so the check changes nothing.
+//!
+//! Groups, in report order: the source's settings ([`source`]), the two users' grants
+//! ([`grants`]), the outbox and relay tables ([`table`]), the broker and the configured
+//! topics ([`broker`]).
+
+mod broker;
+mod grant_parser;
+mod grants;
+mod source;
+mod table;
+
+use mysql_async::Pool;
+use serde::Serialize;
+
+use crate::config::{Config, Mode};
+use crate::db;
+use crate::relay::outbox_table;
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Ok,
+    /// The relay runs, but something is weaker or slower than it could be.
+    Warn,
+    /// The relay cannot run (or would stop) until this is fixed.
+    Fail,
+}
+
+impl Level {
+    /// The word in the human report.
+    pub fn label(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Warn => "warn",
+            Level::Fail => "FAIL",
+        }
+    }
+}
+
+/// What a check looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Group {
+    /// The source server's binlog settings (and whether it answers).
+    Source,
+    /// What the source and primary users may do.
+    Grants,
+    /// The outbox table and the relay's own tables (and whether the primary answers).
+    Table,
+    /// The NameServer, the broker and the configured topics.
+    Broker,
+}
+
+impl Group {
+    pub fn label(self) -> &'static str {
+        match self {
+            Group::Source => "source",
+            Group::Grants => "grants",
+            Group::Table => "table",
+            Group::Broker => "broker",
+        }
+    }
+}
+
+/// One check's outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub group: Group,
+    /// The check, e.g. the setting's name.
+    pub name: String,
+    pub level: Level,
+    /// What was found (the value, what is missing).
+    pub found: String,
+    /// What to do; `None` when ok.
+    pub fix: Option<String>,
+}
+
+impl Finding {
+    pub fn ok(group: Group, name: impl Into<String>, found: impl Into<String>) -> Self {
+        Self { group, name: name.into(), level: Level::Ok, found: found.into(), fix: None }
+    }
+
+    pub fn warn(group: Group, name: impl Into<String>, found: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self { group, name: name.into(), level: Level::Warn, found: found.into(), fix: Some(fix.into()) }
+    }
+
+    pub fn fail(group: Group, name: impl Into<String>, found: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self { group, name: name.into(), level: Level::Fail, found: found.into(), fix: Some(fix.into()) }
+    }
+}
+
+/// "`name` is `found`; fix: `fix`", as the relay logs a warning or refuses to start.
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} is {}", self.name, self.found)?;
+        match &self.fix {
+            Some(fix) => write!(f, "; fix: {fix}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Every finding, in check order.
+#[derive(Debug, Clone, Serialize)]
+#[serde(transparent)]
+pub struct Report {
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// How many checks failed: any makes `outbox-relay check` exit 4.
+    pub fn failures(&self) -> usize {
+        self.findings.iter().filter(|f| f.level == Level::Fail).count()
+    }
+}
+
+/// Runs every check against the servers and the broker `config` names. Nothing
+/// is changed anywhere; a server that does not answer is a FAIL of its group.
+pub async fn run(config: &Config) -> Report {
+    let outbox = outbox_table(config);
+    let mut findings = Vec::new();
+    let source = match (config.mode, &config.source) {
+        (Mode::Binlog, Some(source)) => Some(source),
+        _ => None,
+    };
+    let source_pool = match source {
+        Some(settings) => match db::connect("source", &settings.url, 1).await {
+            Ok(pool) => Some(pool),
+            Err(error) => {
+                findings.push(Finding::fail(
+                    Group::Source,
+                    "connection",
+                    error.to_string(),
+                    "start the source or fix source.url; its checks (settings, grants, columns) did not run",
+                ));
+                None
+            }
+        },
+        None => {
+            findings.push(Finding::ok(Group::Source, "mode", "poll: no binlog source to check"));
+            None
+        }
+    };
+    let primary_pool = match db::connect("primary", &config.primary.url, 1).await {
+        Ok(pool) => Some(pool),
+        Err(error) => {
+            findings.push(Finding::fail(
+                Group::Table,
+                "primary connection",
+                error.to_string(),
+                "start the primary or fix primary.url; its checks (grants, tables) did not run",
+            ));
+            None
+        }
+    };
+    if let (Some(pool), Some(settings)) = (&source_pool, source) {
+        findings.extend(source::findings(pool, settings).await);
+        findings.extend(grants::of_source(pool, &outbox).await);
+    }
+    if let Some(pool) = &primary_pool {
+        findings.extend(grants::of_primary(pool, config, &outbox).await);
+        findings.extend(table::on_primary(pool, config, &outbox).await);
+    }
+    if let Some(pool) = &source_pool {
+        findings.push(table::on_source(pool, &outbox).await);
+    }
+    findings.extend(broker::findings(config).await);
+    for pool in [source_pool, primary_pool].into_iter().flatten() {
+        disconnect(pool).await;
+    }
+    Report { findings }
+}
+
+/// Closes a pool; a close that fails changes nothing about the report.
+async fn disconnect(pool: Pool) {
+    if let Err(error) = pool.disconnect().await {
+        tracing::debug!(%error, "closing a check connection failed");
+    }
+}
+
+/// A server error or value as one line of the report.
+fn one_line(text: impl std::fmt::Display) -> String {
+    text.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
+}

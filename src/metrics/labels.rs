@@ -1,0 +1,185 @@
+//! The label values of the relay's metrics: closed sets, each an enum, so a typo
+//! cannot make a new series and every value can be shown (as 0) before it happens.
+
+use std::fmt::Write;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+
+use crate::rocketmq::ErrorClass;
+
+/// Writes a label value by its name.
+macro_rules! label_value {
+    ($type:ty) => {
+        impl EncodeLabelValue for $type {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+                encoder.write_str(self.name())
+            }
+        }
+    };
+}
+
+/// Which path brought an event to the broker.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum Path {
+    /// Read from the binlog.
+    Binlog,
+    /// Claimed by the polling sweep.
+    Sweep,
+}
+
+impl Path {
+    pub const ALL: [Path; 2] = [Path::Binlog, Path::Sweep];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Binlog => "binlog",
+            Path::Sweep => "sweep",
+        }
+    }
+}
+label_value!(Path);
+
+/// How the broker answered one synchronous send: RocketMQ's four send statuses, or
+/// an error instead of a status.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum SendStatus {
+    SendOk,
+    FlushDiskTimeout,
+    FlushSlaveTimeout,
+    SlaveNotAvailable,
+    /// The send raised an error (refused, timed out, unreachable): no status.
+    Error,
+}
+
+impl SendStatus {
+    pub const ALL: [SendStatus; 5] = [
+        SendStatus::SendOk,
+        SendStatus::FlushDiskTimeout,
+        SendStatus::FlushSlaveTimeout,
+        SendStatus::SlaveNotAvailable,
+        SendStatus::Error,
+    ];
+
+    /// RocketMQ's own spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            SendStatus::SendOk => "SEND_OK",
+            SendStatus::FlushDiskTimeout => "FLUSH_DISK_TIMEOUT",
+            SendStatus::FlushSlaveTimeout => "FLUSH_SLAVE_TIMEOUT",
+            SendStatus::SlaveNotAvailable => "SLAVE_NOT_AVAILABLE",
+            SendStatus::Error => "ERROR",
+        }
+    }
+
+    /// The status a broker answered as text (the client's debug name or RocketMQ's).
+    pub fn parse(status: &str) -> Self {
+        let plain: String = status.chars().filter(char::is_ascii_alphanumeric).collect::<String>().to_lowercase();
+        match plain.as_str() {
+            "sendok" => SendStatus::SendOk,
+            "flushdisktimeout" => SendStatus::FlushDiskTimeout,
+            "flushslavetimeout" => SendStatus::FlushSlaveTimeout,
+            "slavenotavailable" => SendStatus::SlaveNotAvailable,
+            _ => SendStatus::Error,
+        }
+    }
+}
+label_value!(SendStatus);
+
+/// Why an event was marked FAILED.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum FailReason {
+    /// Its message is over the broker's size limit.
+    TooLarge,
+    /// The broker refused the message itself (illegal body or properties).
+    Rejected,
+    /// Sends failed for an unknown reason `retry.max_retry` times.
+    RetriesExhausted,
+    /// Its topic is neither on the cluster nor configured.
+    NoTopic,
+    /// The row cannot be read as an event.
+    Malformed,
+}
+
+impl FailReason {
+    pub const ALL: [FailReason; 5] = [
+        FailReason::TooLarge,
+        FailReason::Rejected,
+        FailReason::RetriesExhausted,
+        FailReason::NoTopic,
+        FailReason::Malformed,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FailReason::TooLarge => "too_large",
+            FailReason::Rejected => "rejected",
+            FailReason::RetriesExhausted => "retries_exhausted",
+            FailReason::NoTopic => "no_topic",
+            FailReason::Malformed => "malformed",
+        }
+    }
+}
+label_value!(FailReason);
+
+label_value!(ErrorClass);
+
+/// Which outbox status a row count is of, in lower case (`pending`, `sent`, ...).
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub struct RowStatusValue(pub outbox_kit::RowStatus);
+
+impl EncodeLabelValue for RowStatusValue {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(&self.0.name().to_ascii_lowercase())
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PathLabel {
+    pub path: Path,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SendStatusLabel {
+    pub status: SendStatus,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabel {
+    pub class: ErrorClass,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: FailReason,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RowStatusLabel {
+    pub status: RowStatusValue,
+}
+
+/// One lane: a queue of a topic.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabel {
+    pub topic: String,
+    pub queue: u32,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabel {
+    pub version: &'static str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broker_statuses_parse_in_either_spelling() {
+        assert_eq!(SendStatus::parse("FLUSH_DISK_TIMEOUT"), SendStatus::FlushDiskTimeout);
+        assert_eq!(SendStatus::parse("FlushSlaveTimeout"), SendStatus::FlushSlaveTimeout);
+        assert_eq!(SendStatus::parse("SlaveNotAvailable"), SendStatus::SlaveNotAvailable);
+        assert_eq!(SendStatus::parse("SendOk"), SendStatus::SendOk);
+        assert_eq!(SendStatus::parse("something new"), SendStatus::Error);
+    }
+}

@@ -1,0 +1,178 @@
+//! How far behind the binlog path is, kept as points in time and turned into ages
+//! when `/metrics` is read, so an age keeps growing while nothing updates it (a
+//! stalled reader, a checkpoint that cannot move) instead of freezing at its last
+//! value.
+//!
+//! Two points: the source time the reader has read through (the commit time of the
+//! last transaction it read, or the arrival of a heartbeat that showed it at the end
+//! of the binlog) and the source time the saved checkpoint covers. Both are unix
+//! milliseconds; 0 means not known (poll mode, a standby, before the first read).
+//!
+//! It also keeps the primary's offset from UTC, which turns an outbox row's
+//! `created_at` (a DATETIME, in the database's local time) into an instant.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The expiry setting is not known yet.
+const EXPIRY_UNKNOWN: u64 = u64::MAX;
+/// The primary's offset from UTC is not known yet.
+const ZONE_UNKNOWN: i64 = i64::MIN;
+
+/// The binlog path's points in time; shared by the reader, the checkpoint writer and
+/// the source poller.
+#[derive(Debug)]
+pub struct LagClocks {
+    read_through_ms: AtomicU64,
+    saved_through_ms: AtomicU64,
+    /// Seconds the source keeps a binlog file (0: forever).
+    expire_secs: AtomicU64,
+    /// The reader's position: the end of the last transaction it read.
+    read_position: Mutex<Option<(String, u64)>>,
+    /// Seconds the primary's local time (its default time zone) is ahead of UTC.
+    zone_offset_secs: AtomicI64,
+}
+
+impl Default for LagClocks {
+    fn default() -> Self {
+        Self {
+            read_through_ms: AtomicU64::new(0),
+            saved_through_ms: AtomicU64::new(0),
+            expire_secs: AtomicU64::new(EXPIRY_UNKNOWN),
+            read_position: Mutex::new(None),
+            zone_offset_secs: AtomicI64::new(ZONE_UNKNOWN),
+        }
+    }
+}
+
+/// The ages, in seconds, at one instant (NaN when not known).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ages {
+    pub binlog_lag: f64,
+    pub checkpoint_age: f64,
+    pub expiry_headroom: f64,
+}
+
+impl LagClocks {
+    /// The reader read through `file:pos`, whose transaction committed at `unix_secs`
+    /// (or a heartbeat showed it at the end then).
+    pub fn read_through(&self, file: &str, pos: u64, unix_secs: Option<u32>) {
+        if let Some(secs) = unix_secs {
+            self.read_through_ms.store(u64::from(secs) * 1000, Ordering::Relaxed);
+        }
+        let mut position = self.read_position.lock().unwrap_or_else(PoisonError::into_inner);
+        match position.as_mut() {
+            Some((f, p)) if f == file => *p = pos,
+            _ => *position = Some((file.to_owned(), pos)),
+        }
+    }
+
+    /// A checkpoint covering transactions committed up to `unix_secs` is durable.
+    pub fn saved_through(&self, unix_secs: Option<u32>) {
+        if let Some(secs) = unix_secs {
+            self.saved_through_ms.store(u64::from(secs) * 1000, Ordering::Relaxed);
+        }
+    }
+
+    /// The source keeps binlog files `secs` seconds (0: it never purges them).
+    pub fn expire_after(&self, secs: u64) {
+        self.expire_secs.store(secs, Ordering::Relaxed);
+    }
+
+    /// The primary's local time is `secs` ahead of UTC.
+    pub fn zone_offset(&self, secs: i64) {
+        self.zone_offset_secs.store(secs, Ordering::Relaxed);
+    }
+
+    /// The instant (unix milliseconds) of a DATETIME read as if it were UTC, once the
+    /// primary's zone is known.
+    pub fn created_unix_ms(&self, local_ms: i64) -> Option<i64> {
+        match self.zone_offset_secs.load(Ordering::Relaxed) {
+            ZONE_UNKNOWN => None,
+            offset => Some(local_ms - offset * 1000),
+        }
+    }
+
+    /// Where the reader is, if it has read anything.
+    pub fn read_position(&self) -> Option<(String, u64)> {
+        self.read_position.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Forgets everything: this instance no longer reads (standby, poll mode).
+    pub fn clear(&self) {
+        self.read_through_ms.store(0, Ordering::Relaxed);
+        self.saved_through_ms.store(0, Ordering::Relaxed);
+        self.expire_secs.store(EXPIRY_UNKNOWN, Ordering::Relaxed);
+        *self.read_position.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// The ages now.
+    pub fn ages(&self) -> Ages {
+        self.ages_at(unix_millis_now())
+    }
+
+    /// The ages at `now_ms`. The headroom is what is left of the expiry once the
+    /// checkpoint's age is spent: a lower bound, since a file is purged only after
+    /// it has been closed for the expiry time and the checkpoint lies inside it.
+    pub fn ages_at(&self, now_ms: u64) -> Ages {
+        let age = |point: &AtomicU64| match point.load(Ordering::Relaxed) {
+            0 => f64::NAN,
+            at => now_ms.saturating_sub(at) as f64 / 1000.0,
+        };
+        let checkpoint_age = age(&self.saved_through_ms);
+        let expiry_headroom = match self.expire_secs.load(Ordering::Relaxed) {
+            EXPIRY_UNKNOWN => f64::NAN,
+            0 => f64::INFINITY,
+            secs => secs as f64 - checkpoint_age,
+        };
+        Ages { binlog_lag: age(&self.read_through_ms), checkpoint_age, expiry_headroom }
+    }
+}
+
+/// Milliseconds since the Unix epoch on this host's clock.
+pub fn unix_millis_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_known_is_nan() {
+        let ages = LagClocks::default().ages_at(5_000);
+        assert!(ages.binlog_lag.is_nan() && ages.checkpoint_age.is_nan() && ages.expiry_headroom.is_nan());
+    }
+
+    #[test]
+    fn ages_grow_from_the_last_point_until_a_newer_one() {
+        let clocks = LagClocks::default();
+        clocks.read_through("b.000001", 400, Some(100));
+        clocks.saved_through(Some(90));
+        clocks.expire_after(3_600);
+        let ages = clocks.ages_at(130_500);
+        assert_eq!((ages.binlog_lag, ages.checkpoint_age, ages.expiry_headroom), (30.5, 40.5, 3_559.5));
+        clocks.read_through("b.000002", 4, Some(130));
+        assert_eq!(clocks.ages_at(130_500).binlog_lag, 0.5);
+        assert_eq!(clocks.read_position(), Some(("b.000002".to_owned(), 4)));
+    }
+
+    #[test]
+    fn created_at_is_shifted_by_the_primarys_zone_once_known() {
+        let clocks = LagClocks::default();
+        assert_eq!(clocks.created_unix_ms(3_600_000), None);
+        clocks.zone_offset(3_600);
+        assert_eq!(clocks.created_unix_ms(3_600_500), Some(500));
+    }
+
+    #[test]
+    fn a_source_that_never_purges_leaves_infinite_headroom() {
+        let clocks = LagClocks::default();
+        clocks.expire_after(0);
+        clocks.saved_through(Some(1));
+        assert_eq!(clocks.ages_at(10_000).expiry_headroom, f64::INFINITY);
+        clocks.clear();
+        assert!(clocks.ages_at(10_000).expiry_headroom.is_nan());
+    }
+}
