@@ -15,6 +15,7 @@
 //! - [`rocketmq`]: the synchronous producer (SEND_OK only);
 //! - [`admin`]: operator actions on the broker (create topic, find by key, test send);
 //! - [`check`]: every check the relay makes at start, in one report (`outbox-relay check`);
+//! - [`probe`]: a running relay's own account over its HTTP endpoint (for `status`);
 //! - [`db`], [`event`], [`exit`]: connections, the outbox event, exit codes.
 //!
 //! The pipeline inside, upstream to downstream (imports point only that way):
@@ -43,6 +44,7 @@ pub(crate) mod http;
 pub(crate) mod lanes;
 pub(crate) mod leader;
 pub(crate) mod metrics;
+pub mod probe;
 pub mod relay;
 pub mod rocketmq;
 pub(crate) mod source;

@@ -1,4 +1,5 @@
-//! The operator commands of the `outbox-relay` binary: `status`, `failed list`,
+//! The operator commands of the `outbox-relay` binary: `status` (the database's view
+//! and, from its HTTP endpoint, the local relay's lags and problems), `failed list`,
 //! `requeue`, `skip`, `cleanup` and `reconcile` over the library's `store`,
 //! `position show`/`set` over its `position`, and `check` over its `check`. Human
 //! output by default (aligned columns), `--json` for scripts; every change needs
@@ -13,6 +14,7 @@ use mysql_async::Pool;
 use outbox_relay::config::{Config, DbUrl};
 use outbox_relay::db;
 use outbox_relay::position::{self, LocalOutcome, LocalState, NewPosition, PositionChange, PositionView, Positions};
+use outbox_relay::probe::{self, InstanceView};
 use outbox_relay::relay::outbox_table;
 use outbox_relay::store::{
     status_report, Change, DedupTable, Differences, FailedFilter, LeaderReport, LeaseStore, Manual, Operator,
@@ -107,10 +109,17 @@ pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<
                     status_report(&pool, &outbox_table(config), &lease).await.map_err(on_primary).with_context(
                         || format!("reading the status of {table} (does it exist? `outbox-relay migrate` creates it)"),
                     )?;
+                let instance = probe::view(&config.http.listen).await.map_err(|e| e.to_string());
                 if json {
-                    println!("{}", serde_json::to_string(&report)?);
+                    let output = StatusOutput {
+                        report: &report,
+                        instance: instance.as_ref().ok(),
+                        instance_error: instance.as_ref().err(),
+                    };
+                    println!("{}", serde_json::to_string(&output)?);
                 } else {
                     print_status(&report);
+                    print_instance(&instance);
                 }
                 Ok(())
             }
@@ -183,7 +192,9 @@ pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<
             Action::Reconcile(args) => reconcile(config, &pool, args, json).await,
             Action::PositionShow => {
                 let positions = Positions::new(config, outbox_table(config), pool.clone());
-                let view = positions.show().await.context("reading the relay's position")?;
+                let view = positions.show().await.with_context(|| {
+                    format!("reading the position of the relay of {table} (`outbox-relay migrate` creates its tables)")
+                })?;
                 if json {
                     println!("{}", serde_json::to_string(&view)?);
                 } else {
@@ -221,17 +232,19 @@ pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<
 async fn reconcile(config: &Config, pool: &Pool, args: ReconcileArgs, json: bool) -> anyhow::Result<()> {
     let window = Window::new(args.since, args.until)?;
     let outbox = outbox_table(config);
-    let consumer_url = args.consumer_db.map(DbUrl::new);
-    let consumer_pool = match &consumer_url {
-        Some(url) => Some(
-            db::connect("consumer", url, 1).await.context("connecting to the consumer database of --consumer-db")?,
-        ),
+    let consumer_db = match args.consumer_db.map(DbUrl::new) {
+        Some(url) => {
+            let pool = db::connect("consumer", &url, 1)
+                .await
+                .context("connecting to the consumer database of --consumer-db")?;
+            Some((pool, url))
+        }
         None => None,
     };
     let primary = Side { role: "primary", pool, url: &config.primary.url };
-    let (consumer, dedup) = match (&consumer_pool, &consumer_url) {
-        (Some(pool), Some(url)) => (Side { role: "consumer", pool, url }, args.consumer_table),
-        _ => (primary, args.consumer_table.in_schema(&outbox.schema)),
+    let (consumer, dedup) = match &consumer_db {
+        Some((pool, url)) => (Side { role: "consumer", pool, url }, args.consumer_table),
+        None => (primary, args.consumer_table.in_schema(&outbox.schema)),
     };
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let compared = Reconcile { primary, outbox: &outbox, consumer, dedup: &dedup }
@@ -250,7 +263,7 @@ async fn reconcile(config: &Config, pool: &Pool, args: ReconcileArgs, json: bool
     if interactive {
         eprintln!();
     }
-    if let Some(pool) = consumer_pool {
+    if let Some((pool, _)) = consumer_db {
         pool.disconnect().await.ok();
     }
     let found = compared?;
@@ -405,6 +418,40 @@ fn print_status(report: &StatusReport) {
             vec!["failed keys".into(), report.failed_keys.to_string()],
         ],
     );
+}
+
+/// `status --json`: the database's view, and the local instance's own (or why it
+/// could not be asked).
+#[derive(serde::Serialize)]
+struct StatusOutput<'a> {
+    #[serde(flatten)]
+    report: &'a StatusReport,
+    instance: Option<&'a InstanceView>,
+    instance_error: Option<&'a String>,
+}
+
+/// Prints what the instance on `http.listen` says of itself: role, lags, problems.
+fn print_instance(instance: &Result<InstanceView, String>) {
+    let view = match instance {
+        Ok(view) => view,
+        Err(error) => return println!("\nthis host's relay: not asked ({error})"),
+    };
+    let readiness = if view.ready { "ready" } else { "NOT READY" };
+    println!("\nthe relay on http://{}: {}, {readiness}", view.address, view.role);
+    let gauges = view.gauges.iter().map(|(name, value)| vec![name.clone(), format_gauge(*value)]).collect();
+    print_table(&["", ""], gauges);
+    for problem in &view.problems {
+        println!("problem: {problem}");
+    }
+}
+
+/// A gauge as a person reads it: NaN is "unknown" (a standby, or not measured yet).
+fn format_gauge(value: f64) -> String {
+    if value.is_nan() {
+        "unknown".to_owned()
+    } else {
+        format!("{value:.1}")
+    }
 }
 
 /// `outbox-relay check`: every check as one line (or the list as JSON). Any FAIL is

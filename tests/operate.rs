@@ -346,8 +346,16 @@ async fn status_names_the_leader_its_position_and_the_rows() {
     outbox.exec(&format!("UPDATE {table} SET status = 3 WHERE event_id = '{}'", events.id("k", 4))).await;
     let term = relay.metric("relay_leader_term") as u64;
 
+    let here = [("OUTBOX_RELAY__HTTP__LISTEN", relay.http_address())];
     let report: serde_json::Value =
-        serde_json::from_str(&stdout(&cli(&stack, &outbox, &["status", "--json"]))).expect("JSON");
+        serde_json::from_str(&stdout(&cli_with(&stack, &outbox, &here, &["status", "--json"]))).expect("JSON");
+    let instance = &report["instance"];
+    assert_eq!((instance["role"].as_str(), instance["ready"].as_bool()), (Some("leader"), Some(true)), "{report}");
+    let gauges: Vec<(String, Option<f64>)> =
+        serde_json::from_value(instance["gauges"].clone()).expect("the local relay's gauges, NaN as null");
+    let gauge = |name: &str| gauges.iter().find(|(n, _)| n == name).and_then(|(_, value)| *value);
+    assert_eq!(gauge("relay_leader_term"), Some(term as f64), "{report}");
+    assert!(gauge("relay_binlog_lag_seconds").is_some_and(|lag| lag < 10.0), "a binlog lag: {report}");
     let holder = report["leader"]["holder"].as_str().unwrap_or_default().to_owned();
     assert!(holder.contains(&format!(":{}:", relay.pid())), "the running relay leads: {report}");
     assert_eq!(report["leader"]["term"].as_u64(), Some(term), "{report}");
@@ -358,7 +366,8 @@ async fn status_names_the_leader_its_position_and_the_rows() {
     assert_eq!(report["position"]["term"].as_u64(), Some(term), "{report}");
 
     assert_eq!(relay.stop(), Some(0));
-    let human = stdout(&cli(&stack, &outbox, &["status"]));
+    let human = stdout(&cli_with(&stack, &outbox, &here, &["status"]));
+    assert!(human.contains("not asked (no relay answers on"), "the stopped relay cannot be asked:\n{human}");
     assert!(human.contains(&format!("none: the lease of term {term} ran out")), "released at the stop:\n{human}");
     assert!(human.contains("SENT 4, FAILED 1"), "{human}");
 }
@@ -374,12 +383,8 @@ fn json_of(output: &Output) -> serde_json::Value {
 
 /// The event_ids listed under `key` of a `reconcile --json` report.
 fn listed(report: &serde_json::Value, key: &str) -> BTreeSet<String> {
-    report[key].as_array().unwrap_or_else(|| panic!("no {key}: {report}")).iter().map(|id| id.to_string()).collect()
-}
-
-/// `ids` as `listed` gives them (JSON strings).
-fn as_listed(ids: impl IntoIterator<Item = String>) -> BTreeSet<String> {
-    ids.into_iter().map(|id| serde_json::Value::from(id).to_string()).collect()
+    let ids = report[key].as_array().unwrap_or_else(|| panic!("no {key}: {report}"));
+    ids.iter().map(|id| id.as_str().unwrap_or_else(|| panic!("not an event_id: {id}")).to_owned()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -436,8 +441,8 @@ async fn reconcile_lists_exactly_the_events_sent_but_never_processed_and_process
     let by_default = cli_with(&stack, &outbox, &[], &[&window[..], &["--consumer-table", &dedup, "--json"]].concat());
     assert_eq!(by_default.status.code(), Some(7), "differences exit 7: {}", stderr(&by_default));
     let report = json_of(&by_default);
-    assert_eq!(listed(&report, "sent_not_processed"), as_listed(unprocessed.clone()), "{report}");
-    assert_eq!(listed(&report, "processed_unknown"), as_listed(strangers.clone()), "{report}");
+    assert_eq!(listed(&report, "sent_not_processed"), unprocessed.iter().cloned().collect(), "{report}");
+    assert_eq!(listed(&report, "processed_unknown"), strangers.iter().cloned().collect(), "{report}");
     assert_eq!(
         (report["sent_checked"].as_u64(), report["processed_checked"].as_u64()),
         (Some(20), Some(19)),
@@ -526,37 +531,53 @@ async fn position_set_is_refused_while_a_relay_leads_and_when_forced_ends_its_te
     let outbox = TestOutbox::create(&stack).await;
     let events = Events::new(&stack, "position_force").await;
     let options = RelayOptions::new(outbox.name());
-    let local = [("OUTBOX_RELAY__CHECKPOINT__PATH", options.checkpoint_dir.display().to_string())];
+    let its_local = [("OUTBOX_RELAY__CHECKPOINT__PATH", options.checkpoint_dir.display().to_string())];
     let mut relay = RelayProcess::start(&stack, &options);
     relay.wait_ready().await;
+    let before_rows = replica_gtid(&stack).await;
     outbox.insert_tx(&events.rows("k", 0..3)).await;
     all_sent(&outbox, 3, Duration::from_secs(60)).await;
+    eventually("the relay's local checkpoint past the rows", Duration::from_secs(60), || async {
+        let shown = json_of(&cli_with(&stack, &outbox, &its_local, &["position", "show", "--json"]));
+        let local = shown["local"]["position"]["gtid"].as_str().map(domain_0_seq);
+        local.filter(|seq| *seq > domain_0_seq(&before_rows))
+    })
+    .await;
     let term = relay.metric("relay_leader_term") as u64;
-    let gtid = replica_gtid(&stack).await;
-    let set = ["position", "set", "--gtid", gtid.as_str(), "--operator", "dave", "--reason", "INC-7", "--json"];
+    let set = ["position", "set", "--gtid", before_rows.as_str(), "--operator", "dave", "--reason", "INC-7", "--json"];
 
-    let refused = cli_with(&stack, &outbox, &local, &set);
+    let refused = cli_with(&stack, &outbox, &its_local, &set);
     let why = stderr(&refused);
     assert_eq!(refused.status.code(), Some(4), "{why}");
     assert!(why.contains("refused") && why.contains(&format!(":{}:", relay.pid())) && why.contains("--force"), "{why}");
+    // Forced, but the relay on this host holds a local checkpoint further on, which it
+    // would keep: refused too, saying to stop it.
+    let forced = [&set[..], &["--force"]].concat();
+    let held = cli_with(&stack, &outbox, &its_local, &forced);
+    let why = stderr(&held);
+    assert_eq!(held.status.code(), Some(4), "{why}");
+    assert!(why.contains("further than") && why.contains("stop the relay on this host"), "{why}");
     assert!(position_audit(&outbox).await.is_empty(), "a refused set audits nothing");
 
-    let forced = cli_with(&stack, &outbox, &local, &[&set[..], &["--force"]].concat());
-    let change = json_of(&forced);
-    assert!(forced.status.success(), "{}", stderr(&forced));
-    assert_eq!(change["after"]["gtid"].as_str(), Some(gtid.as_str()), "{change}");
+    // From a host without a local checkpoint, forced: the mirror is set and the term ends.
+    let elsewhere =
+        [("OUTBOX_RELAY__CHECKPOINT__PATH", std::env::temp_dir().join(unique("none")).display().to_string())];
+    let done = cli_with(&stack, &outbox, &elsewhere, &forced);
+    assert!(done.status.success(), "{}", stderr(&done));
+    let change = json_of(&done);
+    assert_eq!(change["after"]["gtid"].as_str(), Some(before_rows.as_str()), "{change}");
     assert_eq!(change["ended_term"]["term"].as_u64(), Some(term), "{change}");
     assert_eq!(change["ended_term"]["was_leading"], true, "{change}");
-    assert_eq!(change["local"], "in_use", "the running relay holds its checkpoint: {change}");
+    assert_eq!(change["local"], "not_present", "{change}");
     let audit = position_audit(&outbox).await;
     assert_eq!(audit.len(), 1, "{audit:?}");
     let (who, why, old, new, result) = &audit[0];
     assert_eq!((who.as_str(), why.as_str()), ("dave", "INC-7"));
-    assert!(old.contains(&format!("term={term}")) && new.contains(&format!("gtid={gtid}")), "{old} -> {new}");
+    assert!(old.contains(&format!("term={term}")) && new.contains(&format!("gtid={before_rows}")), "{old} -> {new}");
     assert!(result.contains(&format!("ended lease term {term}")) && result.contains("forced"), "{result}");
 
-    // Its term over, the relay steps down, takes the lease again under a later term
-    // and goes on publishing from at least the position set.
+    // Its term over, the relay steps down, takes the lease again under a later term and
+    // goes on from the newer of its own checkpoint and the one set: its own.
     eventually("the relay leading under a later term", Duration::from_secs(60), || async {
         (relay.metric("relay_leader_term") as u64 > term + 1).then_some(())
     })
@@ -568,7 +589,7 @@ async fn position_set_is_refused_while_a_relay_leads_and_when_forced_ends_its_te
         mirrored(&outbox).await.filter(|(_, written_in)| *written_in > term + 1)
     })
     .await;
-    assert!(domain_0_seq(&resumed) >= domain_0_seq(&gtid), "{resumed} is not at or past {gtid}");
+    assert!(domain_0_seq(&resumed) > domain_0_seq(&before_rows), "{resumed} is not past {before_rows}");
     assert_eq!(relay.stop(), Some(0));
 }
 

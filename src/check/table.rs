@@ -68,6 +68,8 @@ const COLUMNS: [(&str, Kind); 14] = [
 /// The outbox table, its indexes and the migrations on the primary, and how rows
 /// are claimed there.
 pub(super) async fn on_primary(pool: &Pool, config: &Config, outbox: &OutboxTable) -> Vec<Finding> {
+    // Before the connection below is taken: the check's pool has one connection.
+    let migrated = migrations(pool, outbox).await;
     let mut conn = match pool.get_conn().await {
         Ok(conn) => conn,
         Err(error) => {
@@ -93,7 +95,7 @@ pub(super) async fn on_primary(pool: &Pool, config: &Config, outbox: &OutboxTabl
         }
         Err(error) => findings.push(unreadable("primary columns", &error)),
     }
-    findings.push(migrations(pool, outbox).await);
+    findings.push(migrated);
     findings.push(claims(&mut conn, config).await.unwrap_or_else(|e| unreadable("SKIP LOCKED", &e)));
     findings
 }

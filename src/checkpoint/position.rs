@@ -56,33 +56,41 @@ pub enum NewPosition {
 /// (`uuid:interval[:interval][,...]`), in the form the relay writes it.
 pub fn parse_gtid(text: &str) -> Result<String, String> {
     let parts: Vec<&str> = text.split(',').map(str::trim).collect();
-    let number = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && n.parse::<u64>().is_ok();
-    let mariadb = |part: &&str| {
-        let numbers: Vec<&str> = part.split('-').collect();
-        numbers.len() == 3
-            && numbers.iter().all(|n| number(n))
-            && [numbers[0], numbers[1]].iter().all(|n| n.parse::<u32>().is_ok())
-    };
-    let interval = |range: &str| {
-        let (first, last) = range.split_once('-').unwrap_or((range, range));
-        number(first)
-            && number(last)
-            && first.parse::<u64>().ok().zip(last.parse::<u64>().ok()).is_some_and(|(a, b)| 1 <= a && a <= b)
-    };
-    let mysql = |part: &&str| {
-        let mut pieces = part.split(':');
-        pieces.next().is_some_and(|uuid| uuid::Uuid::parse_str(uuid).is_ok()) && {
-            let ranges: Vec<&str> = pieces.collect();
-            !ranges.is_empty() && ranges.into_iter().all(interval)
-        }
-    };
     let domains: BTreeSet<&str> = parts.iter().filter_map(|p| p.split('-').next()).collect();
-    let valid = (parts.iter().all(mariadb) && domains.len() == parts.len()) || parts.iter().all(mysql);
-    valid.then(|| GtidState::parse(text).render()).flatten().ok_or_else(|| {
+    let mariadb = parts.iter().all(|p| is_mariadb_gtid(p)) && domains.len() == parts.len();
+    let mysql = parts.iter().all(|p| is_mysql_gtid_set(p));
+    (mariadb || mysql).then(|| GtidState::parse(text).render()).flatten().ok_or_else(|| {
         format!(
             "{text:?} is not a GTID position: give a MariaDB list like 0-1-100,1-2-7 (one per domain) or a MySQL set like 3e11fa47-71ca-11e1-9e33-c80aa9429562:1-100"
         )
     })
+}
+
+/// `domain-server-seq`: two 32-bit numbers and a 64-bit one.
+fn is_mariadb_gtid(part: &str) -> bool {
+    match part.split('-').collect::<Vec<_>>()[..] {
+        [domain, server, seq] => {
+            number::<u32>(domain).is_some() && number::<u32>(server).is_some() && number::<u64>(seq).is_some()
+        }
+        _ => false,
+    }
+}
+
+/// `uuid:interval[:interval...]`, each interval `n` or `first-last` with 1 <= first <= last.
+fn is_mysql_gtid_set(part: &str) -> bool {
+    let mut pieces = part.split(':');
+    let uuid = pieces.next().is_some_and(|u| uuid::Uuid::parse_str(u).is_ok());
+    let intervals: Vec<&str> = pieces.collect();
+    uuid && !intervals.is_empty()
+        && intervals.iter().all(|range| {
+            let (first, last) = range.split_once('-').unwrap_or((range, range));
+            matches!((number::<u64>(first), number::<u64>(last)), (Some(a), Some(b)) if (1..=b).contains(&a))
+        })
+}
+
+/// `text` as a number written in plain decimal digits (no sign, no spaces).
+fn number<T: std::str::FromStr>(text: &str) -> Option<T> {
+    (!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())).then(|| text.parse().ok()).flatten()
 }
 
 /// A binlog file name: a base name and a numeric extension of at least six digits
@@ -246,13 +254,14 @@ impl Positions {
 
     /// The local checkpoint, the mirror row and the lease holder; reads only.
     pub async fn show(&self) -> Result<PositionView, PositionError> {
-        let state = match self.local.exists() {
-            false => LocalState::Absent,
-            true => match CheckpointStore::open_read_only(&self.local).and_then(|store| store.load()) {
+        let state = if self.local.exists() {
+            match CheckpointStore::open_read_only(&self.local).and_then(|store| store.load()) {
                 Ok(Some(checkpoint)) => LocalState::Saved { position: SavedPosition::of(&checkpoint) },
                 Ok(None) => LocalState::Empty,
                 Err(error) => LocalState::Unreadable { error: error.to_string() },
-            },
+            }
+        } else {
+            LocalState::Absent
         };
         let mut conn = self.pool.get_conn().await.map_err(|e| self.failed(e))?;
         let mirror = mirror::read_row(&mut conn, &self.outbox, ReadFor::Show).await.map_err(|e| self.failed(e))?;

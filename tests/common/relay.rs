@@ -102,6 +102,11 @@ impl RelayProcess {
         self.0.metric_sum(name).unwrap_or_else(|e| panic!("{e:#}"))
     }
 
+    /// Where its metrics and health endpoint listens (host:port).
+    pub fn http_address(&self) -> String {
+        self.0.http_address().to_owned()
+    }
+
     /// The OS process id (for SIGSTOP/SIGKILL scenarios).
     pub fn pid(&self) -> u32 {
         self.0.pid()

@@ -41,6 +41,11 @@ impl RelayProcess {
         Ok(Self { child, log: log.to_owned(), http })
     }
 
+    /// Where its metrics and health endpoint listens (host:port).
+    pub fn http_address(&self) -> &str {
+        &self.http
+    }
+
     /// GET `path` from the metrics and health endpoint: the whole HTTP response.
     pub fn get(&self, path: &str) -> std::io::Result<String> {
         use std::io::{Read, Write};

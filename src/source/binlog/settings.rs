@@ -235,12 +235,12 @@ fn server_id(facts: &SourceFacts, expected: &Expected) -> Finding {
     if own.trim() == expected.relay_server_id.to_string() {
         return Finding::fail(
             Group::Source,
-            "source.server_id",
-            format!("{own}, the source's own server_id"),
+            "server_id",
+            format!("{own} for both the source and source.server_id"),
             "give source.server_id a value unique among the source's replicas and different from the source's server_id",
         );
     }
-    Finding::ok(Group::Source, "source.server_id", format!("{} (the source is {own})", expected.relay_server_id))
+    Finding::ok(Group::Source, "server_id", format!("{} (the source is {own})", expected.relay_server_id))
 }
 
 /// GTIDs let the relay resume on another server of the topology without a sweep.
@@ -405,7 +405,7 @@ mod tests {
 
     #[test]
     fn the_relay_may_not_share_the_sources_server_id() {
-        assert_eq!(failed(&with(&[("server_id", "4242")])), ["source.server_id"]);
+        assert_eq!(failed(&with(&[("server_id", "4242")])), ["server_id"]);
     }
 
     #[test]
