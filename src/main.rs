@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use outbox_relay::config::{self, Config, DbUrl, LogFormat};
-use outbox_relay::relay::{self, outbox_table};
+use outbox_relay::relay;
 use outbox_relay::store;
 use outbox_relay::{admin, db, exit};
 use tokio_util::sync::CancellationToken;
@@ -296,7 +296,7 @@ fn print_config(config: &Config) -> anyhow::Result<()> {
 async fn migrate(config: &Config, admin_url: Option<String>) -> anyhow::Result<()> {
     let url = admin_url.map_or_else(|| config.primary.url.clone(), DbUrl::new);
     let pool = db::connect("primary", &url, 1).await?;
-    let outbox = outbox_table(config);
+    let outbox = config.outbox_table();
     let report =
         store::migrate(&pool, &outbox).await.map_err(|e| db::DbError::query("primary", &url, e)).with_context(
             || format!("migrating {} failed (the user needs CREATE and ALTER; see --admin-url)", outbox.qualified()),

@@ -15,7 +15,6 @@ use outbox_relay::config::{Config, DbUrl};
 use outbox_relay::db;
 use outbox_relay::position::{self, LocalOutcome, LocalState, NewPosition, PositionChange, PositionView, Positions};
 use outbox_relay::probe::{self, InstanceView};
-use outbox_relay::relay::outbox_table;
 use outbox_relay::store::{
     status_report, Change, DedupTable, Differences, FailedFilter, LeaderReport, LeaseStore, Manual, Operator,
     PositionReport, Reconcile, Side, StatusReport, Target, UtcTime, Window,
@@ -97,16 +96,16 @@ pub enum Action {
 /// Runs `action` against the primary and outbox table of `config`; prints the result.
 pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<()> {
     let pool = db::connect("primary", &config.primary.url, 2).await?;
-    let manual = Manual::new(pool.clone(), outbox_table(config));
-    let table = outbox_table(config).qualified();
+    let manual = Manual::new(pool.clone(), config.outbox_table());
+    let table = config.outbox_table().qualified();
     // A server error (a missing table, a missing grant) classifies as exit 4.
     let on_primary = |e| db::DbError::query("primary", &config.primary.url, e);
     let done = async {
         match action {
             Action::Status => {
-                let lease = LeaseStore::new(pool.clone(), &outbox_table(config).schema, &config.lease_name());
+                let lease = LeaseStore::new(pool.clone(), &config.outbox_table().schema, &config.lease_name());
                 let report =
-                    status_report(&pool, &outbox_table(config), &lease).await.map_err(on_primary).with_context(
+                    status_report(&pool, &config.outbox_table(), &lease).await.map_err(on_primary).with_context(
                         || format!("reading the status of {table} (does it exist? `outbox-relay migrate` creates it)"),
                     )?;
                 let instance = probe::view(&config.http.listen).await.map_err(|e| e.to_string());
@@ -191,7 +190,7 @@ pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<
             }
             Action::Reconcile(args) => reconcile(config, &pool, args, json).await,
             Action::PositionShow => {
-                let positions = Positions::new(config, outbox_table(config), pool.clone());
+                let positions = Positions::new(config, config.outbox_table(), pool.clone());
                 let view = positions.show().await.with_context(|| {
                     format!("reading the position of the relay of {table} (`outbox-relay migrate` creates its tables)")
                 })?;
@@ -208,7 +207,7 @@ pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<
                     (None, Some(file), Some(pos)) => NewPosition::File { file, pos },
                     _ => anyhow::bail!("give --gtid G, or --file F with --pos P"),
                 };
-                let positions = Positions::new(config, outbox_table(config), pool.clone());
+                let positions = Positions::new(config, config.outbox_table(), pool.clone());
                 let change = positions
                     .set(&to, &operator(&by), target.force, by.dry_run)
                     .await
@@ -231,7 +230,7 @@ pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<
 /// there are any.
 async fn reconcile(config: &Config, pool: &Pool, args: ReconcileArgs, json: bool) -> anyhow::Result<()> {
     let window = Window::new(args.since, args.until)?;
-    let outbox = outbox_table(config);
+    let outbox = config.outbox_table();
     let consumer_db = match args.consumer_db.map(DbUrl::new) {
         Some(url) => {
             let pool = db::connect("consumer", &url, 1)

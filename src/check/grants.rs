@@ -19,14 +19,16 @@ use crate::source::binlog::Flavor;
 /// Role grants followed at most this deep (roles granted to roles).
 const ROLE_DEPTH: usize = 4;
 
+/// The grants of the user `pool` connects as.
+async fn grants_of(pool: &Pool) -> Result<UserGrants, mysql_async::Error> {
+    let mut conn = pool.get_conn().await?;
+    UserGrants::read(&mut conn).await
+}
+
 /// The source user's grants against what tailing the binlog needs.
 pub(super) async fn of_source(pool: &Pool, outbox: &OutboxTable) -> Vec<Finding> {
     let who = "source user";
-    let read = match pool.get_conn().await {
-        Ok(mut conn) => UserGrants::read(&mut conn).await,
-        Err(error) => Err(error),
-    };
-    let user = match read {
+    let user = match grants_of(pool).await {
         Ok(user) => user,
         Err(error) => return vec![unreadable_grants(who, &error)],
     };
@@ -64,11 +66,7 @@ pub(super) async fn of_source(pool: &Pool, outbox: &OutboxTable) -> Vec<Finding>
 /// mirror) and the operator commands.
 pub(super) async fn of_primary(pool: &Pool, config: &Config, outbox: &OutboxTable) -> Vec<Finding> {
     let who = "primary user";
-    let read = match pool.get_conn().await {
-        Ok(mut conn) => UserGrants::read(&mut conn).await,
-        Err(error) => Err(error),
-    };
-    let user = match read {
+    let user = match grants_of(pool).await {
         Ok(user) => user,
         Err(error) => return vec![unreadable_grants(who, &error)],
     };
@@ -87,8 +85,9 @@ pub(super) async fn of_primary(pool: &Pool, config: &Config, outbox: &OutboxTabl
             outbox,
             &outbox.table,
             &[&["DELETE"]],
-            Importance::Recommended,
-            "`outbox-relay cleanup` deletes SENT rows",
+            // The leader's scheduled cleanup cannot work without it.
+            if config.cleanup.interval_ms > 0 { Importance::Required } else { Importance::Recommended },
+            "`outbox-relay cleanup` and the scheduled cleanup (cleanup.interval_ms) delete SENT rows",
         ),
         Need::on_table("lease table", outbox, "outbox_relay_lease", write, Importance::Required, "the leader lease"),
         Need::on_table(

@@ -22,7 +22,6 @@ use serde::Serialize;
 
 use crate::config::{Config, Mode};
 use crate::db;
-use crate::relay::outbox_table;
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -126,7 +125,7 @@ impl Report {
 /// Runs every check against the servers and the broker `config` names. Nothing
 /// is changed anywhere; a server that does not answer is a FAIL of its group.
 pub async fn run(config: &Config) -> Report {
-    let outbox = outbox_table(config);
+    let outbox = config.outbox_table();
     let mut findings = Vec::new();
     let source = match (config.mode, &config.source) {
         (Mode::Binlog, Some(source)) => Some(source),

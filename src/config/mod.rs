@@ -286,6 +286,14 @@ impl Config {
     pub fn outbox_schema(&self) -> Option<&str> {
         self.outbox.schema.as_deref().or_else(|| self.primary.url.database())
     }
+
+    /// The outbox table: its schema (see [`Config::outbox_schema`]) and name.
+    pub fn outbox_table(&self) -> outbox_kit::OutboxTable {
+        outbox_kit::OutboxTable {
+            schema: self.outbox_schema().unwrap_or_default().to_owned(),
+            table: self.outbox.table.clone(),
+        }
+    }
 }
 
 impl SweepConfig {

@@ -8,8 +8,9 @@
 //! of the binlog) and the source time the saved checkpoint covers. Both are unix
 //! milliseconds; 0 means not known (poll mode, a standby, before the first read).
 //!
-//! It also keeps the primary's offset from UTC, which turns an outbox row's
-//! `created_at` (a DATETIME, in the database's local time) into an instant.
+//! It also keeps how far the primary's local clock reading is ahead of this host's
+//! clock (its time zone, and any skew), which turns an outbox row's `created_at` (a
+//! DATETIME, in the database's local time) into an instant of this host's clock.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -17,8 +18,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The expiry setting is not known yet.
 const EXPIRY_UNKNOWN: u64 = u64::MAX;
-/// The primary's offset from UTC is not known yet.
-const ZONE_UNKNOWN: i64 = i64::MIN;
+/// How far the primary's clock is ahead is not known yet.
+const AHEAD_UNKNOWN: i64 = i64::MIN;
 
 /// The binlog path's points in time; shared by the reader, the checkpoint writer and
 /// the source poller.
@@ -30,8 +31,8 @@ pub struct LagClocks {
     expire_secs: AtomicU64,
     /// The reader's position: the end of the last transaction it read.
     read_position: Mutex<Option<(String, u64)>>,
-    /// Seconds the primary's local time (its default time zone) is ahead of UTC.
-    zone_offset_secs: AtomicI64,
+    /// Milliseconds the primary's local clock reading is ahead of this host's clock.
+    db_ahead_ms: AtomicI64,
 }
 
 impl Default for LagClocks {
@@ -41,7 +42,7 @@ impl Default for LagClocks {
             saved_through_ms: AtomicU64::new(0),
             expire_secs: AtomicU64::new(EXPIRY_UNKNOWN),
             read_position: Mutex::new(None),
-            zone_offset_secs: AtomicI64::new(ZONE_UNKNOWN),
+            db_ahead_ms: AtomicI64::new(AHEAD_UNKNOWN),
         }
     }
 }
@@ -80,17 +81,17 @@ impl LagClocks {
         self.expire_secs.store(secs, Ordering::Relaxed);
     }
 
-    /// The primary's local time is `secs` ahead of UTC.
-    pub fn zone_offset(&self, secs: i64) {
-        self.zone_offset_secs.store(secs, Ordering::Relaxed);
+    /// The primary's local clock reads `ms` ahead of this host's clock.
+    pub fn db_ahead(&self, ms: i64) {
+        self.db_ahead_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// The instant (unix milliseconds) of a DATETIME read as if it were UTC, once the
-    /// primary's zone is known.
+    /// The instant (unix milliseconds, this host's clock) of a primary's DATETIME read
+    /// as if it were UTC, once the primary's clock has been read.
     pub fn created_unix_ms(&self, local_ms: i64) -> Option<i64> {
-        match self.zone_offset_secs.load(Ordering::Relaxed) {
-            ZONE_UNKNOWN => None,
-            offset => Some(local_ms - offset * 1000),
+        match self.db_ahead_ms.load(Ordering::Relaxed) {
+            AHEAD_UNKNOWN => None,
+            ahead => Some(local_ms - ahead),
         }
     }
 
@@ -159,10 +160,10 @@ mod tests {
     }
 
     #[test]
-    fn created_at_is_shifted_by_the_primarys_zone_once_known() {
+    fn created_at_is_shifted_by_the_primarys_clock_once_known() {
         let clocks = LagClocks::default();
         assert_eq!(clocks.created_unix_ms(3_600_000), None);
-        clocks.zone_offset(3_600);
+        clocks.db_ahead(3_600_000);
         assert_eq!(clocks.created_unix_ms(3_600_500), Some(500));
     }
 

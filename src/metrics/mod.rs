@@ -264,6 +264,11 @@ impl RelayMetrics {
         }
     }
 
+    /// The row counts are not known (the primary does not answer).
+    pub fn forget_outbox_rows(&self) {
+        self.outbox_rows.clear();
+    }
+
     /// Brings the gauges computed on reading up to now; called before every render.
     pub fn refresh(&self, ready: bool) {
         self.ready.set(i64::from(ready));

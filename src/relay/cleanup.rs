@@ -39,7 +39,7 @@ pub async fn run_scheduled(manual: Manual, settings: CleanupConfig, instance: St
             }
             Ok(_) => tracing::debug!("scheduled cleanup: no SENT row past its retention"),
             Err(error) => {
-                tracing::warn!(%error, retry_in = ?interval, "scheduled cleanup failed; the next run tries again (the table grows meanwhile)")
+                tracing::warn!(%error, retry_in = ?interval, "scheduled cleanup failed; the next run tries again (the table grows meanwhile); fix: the primary user needs DELETE on the outbox table (`outbox-relay check` lists its grants)")
             }
         }
     }

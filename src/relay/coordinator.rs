@@ -381,16 +381,15 @@ impl Coordinator {
     fn failing_topic(&self, topic: &str, error: &PublishError) -> TopicLanes {
         tracing::error!(topic, %error, "topic is not on the cluster and not in rocketmq.topics: its events are marked FAILED (looked up again in {MISSING_TOPIC_RECHECK:?})");
         let (lane, rx) = mpsc::unbounded_channel();
-        let (reason, recorder) = (error.to_string(), self.recorder.clone());
+        // Not a queue of the cluster: counted in a gauge of its own, not exported.
+        let inflight = Gauge::default();
+        let (reason, recorder) = (error.to_string(), self.recorder.for_lane(inflight.clone()));
         let held = (self.lane_settings.failed_key_policy == FailedKeyPolicy::Hold).then(|| self.held.clone());
         self.supervisor.spawn("failing lane", async move {
             run_failing(rx, reason, recorder, held).await;
             Ok(())
         });
-        TopicLanes::Failing {
-            lane: LaneInput::new(lane, Gauge::default()),
-            until: Instant::now() + MISSING_TOPIC_RECHECK,
-        }
+        TopicLanes::Failing { lane: LaneInput::new(lane, inflight), until: Instant::now() + MISSING_TOPIC_RECHECK }
     }
 
     /// After the source stopped: take the reports of sends still running, for a while.

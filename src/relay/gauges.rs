@@ -40,12 +40,18 @@ pub async fn watch_outbox(status: StatusStore, metrics: RelayMetrics, stop: Canc
             Ok((backlog, counts)) => {
                 failing.over("the outbox backlog");
                 metrics.oldest_pending_seconds.set(backlog.oldest_waiting_secs);
-                metrics.lag.zone_offset(backlog.zone_offset_secs);
+                if let Some(ahead) = backlog.db_ahead_ms {
+                    metrics.lag.db_ahead(ahead);
+                }
                 metrics.outbox_rows(&counts);
             }
             Err(error) => {
-                failing.once("the outbox backlog on the primary", &error);
+                failing.once(
+                    "the outbox backlog on the primary (fix: the primary must answer; /readyz names the problem)",
+                    &error,
+                );
                 metrics.oldest_pending_seconds.set(f64::NAN);
+                metrics.forget_outbox_rows();
             }
         }
     }

@@ -62,11 +62,6 @@ const SENT_BACKLOG: usize = 50_000;
 /// logs the whole row (payload included) twice, and the binlog path reads it back.
 const MINIMAL_ROW_IMAGE: &str = "SET SESSION binlog_row_image = 'MINIMAL'";
 
-/// The outbox table the configuration names.
-pub fn outbox_table(config: &Config) -> OutboxTable {
-    OutboxTable { schema: config.outbox_schema().unwrap_or_default().to_owned(), table: config.outbox.table.clone() }
-}
-
 /// This process's name in `owner` of the rows it claims: host, pid and start time,
 /// so a restarted relay never mistakes a dead predecessor's leases for its own.
 pub fn process_owner() -> String {
@@ -85,7 +80,7 @@ pub fn process_owner() -> String {
 /// started has ended when it returns. The checks run and the connections open at
 /// once; the pipeline runs only while this instance holds the leader lease.
 pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), RelayError> {
-    let outbox = outbox_table(config);
+    let outbox = config.outbox_table();
     let primary = open_primary(config).await?;
     let binlog = match config.mode {
         Mode::Binlog => Some(start::open(config, &outbox).await?),

@@ -31,6 +31,8 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
+    pub const ALL: [ErrorClass; 3] = [ErrorClass::Outage, ErrorClass::Event, ErrorClass::Unknown];
+
     /// The label value in metrics.
     pub fn name(self) -> &'static str {
         match self {

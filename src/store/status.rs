@@ -13,6 +13,8 @@ use mysql_async::{Params, Pool, Value};
 
 use outbox_kit::{truncate_utf8, OutboxTable, RowStatus};
 
+use crate::event::local_millis;
+
 use super::{keyed, RowKey, TermFence, FAILED, PENDING, SENDING, SENT, SKIPPED};
 
 /// `last_error` column width.
@@ -33,8 +35,9 @@ pub struct Backlog {
     /// Rows waiting: PENDING, and SENDING whose lease has passed.
     pub waiting: u64,
     pub oldest_waiting_secs: f64,
-    /// Seconds the database's local time (its default time zone) is ahead of UTC.
-    pub zone_offset_secs: i64,
+    /// Milliseconds the database's local clock reading (its `NOW(3)`, in the default
+    /// time zone its sessions write `created_at` in) is ahead of this host's clock.
+    pub db_ahead_ms: Option<i64>,
 }
 
 /// One row to mark SENT.
@@ -82,18 +85,26 @@ impl StatusStore {
 
     /// How many rows wait to be sent (PENDING, or SENDING whose lease has passed or
     /// was never set) and how late the oldest is, in seconds of the database's own
-    /// clock; and how far the database's local time is ahead of UTC.
+    /// clock; and how far the database's local clock reading is ahead of this host's
+    /// (its time zone and any skew between the hosts), to the round trip's middle.
     pub async fn backlog(&self) -> Result<Backlog, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
-        let row: Option<(u64, Option<i64>, i64)> = conn
+        let asked = SystemTime::now();
+        let row: Option<(u64, Option<i64>, Value)> = conn
             .query_first(format!(
-                "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(3)), TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()) \
+                "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(3)), NOW(3) \
                  FROM {} WHERE status = {PENDING} OR (status = {SENDING} AND (lease_until IS NULL OR lease_until < NOW(3)))",
                 self.outbox.qualified()
             ))
             .await?;
-        let (waiting, micros, zone_offset_secs) = row.unwrap_or((0, None, 0));
-        Ok(Backlog { waiting, oldest_waiting_secs: micros.unwrap_or(0).max(0) as f64 / 1e6, zone_offset_secs })
+        let answered = SystemTime::now();
+        let (waiting, micros, now) = row.unwrap_or((0, None, Value::NULL));
+        let middle = unix_millis(asked) / 2 + unix_millis(answered) / 2;
+        Ok(Backlog {
+            waiting,
+            oldest_waiting_secs: micros.unwrap_or(0).max(0) as f64 / 1e6,
+            db_ahead_ms: local_millis(&now).map(|db| db - middle),
+        })
     }
 
     /// Rows per status; SENT rows (the whole retention window, the costly count) only
@@ -156,6 +167,11 @@ impl StatusStore {
         conn.exec_drop(sql, Params::Positional(params)).await?;
         Ok(conn.affected_rows())
     }
+}
+
+/// Milliseconds since the epoch.
+fn unix_millis(at: SystemTime) -> i64 {
+    at.duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// `seconds.millis` since the epoch, as text (exact in SQL, unlike a double).

@@ -291,8 +291,14 @@ fn binlog_expiry(facts: &SourceFacts, expected: &Expected) -> Finding {
 
 /// Seconds after which the source purges binlogs; `None` when it never does.
 fn expiry_secs(facts: &SourceFacts) -> Option<u64> {
-    let seconds = facts.value("binlog_expire_logs_seconds").trim().parse::<u64>().unwrap_or(0);
-    let days = facts.value("expire_logs_days").trim().parse::<f64>().unwrap_or(0.0);
+    expiry_from(facts.value("binlog_expire_logs_seconds"), facts.value("expire_logs_days"))
+}
+
+/// The expiry the two settings give, as the server reads them: seconds where set
+/// (MySQL 8, MariaDB 10.6+), else days (fractions on MariaDB); `None`: never.
+pub(crate) fn expiry_from(seconds: &str, days: &str) -> Option<u64> {
+    let seconds = seconds.trim().parse::<u64>().unwrap_or(0);
+    let days = days.trim().parse::<f64>().unwrap_or(0.0);
     let from_days = (days * 86_400.0).round() as u64;
     [seconds, from_days].into_iter().find(|&s| s > 0)
 }

@@ -6,6 +6,8 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
 
+use super::settings::expiry_from;
+
 /// "You have an error in your SQL syntax": a server without the statement.
 const SYNTAX_ERROR: u16 = 1064;
 /// "Unknown system variable": a server without the variable.
@@ -56,19 +58,17 @@ fn bytes_after_in(sizes: &[(String, u64)], file: &str, pos: u64) -> Option<u64> 
 
 /// Seconds the source keeps a binlog file before purging it (0: never).
 pub async fn expire_seconds(conn: &mut Conn) -> Result<u64, mysql_async::Error> {
-    let seconds: Option<u64> = match conn.query_first("SELECT @@binlog_expire_logs_seconds").await {
-        Err(mysql_async::Error::Server(e)) if e.code == UNKNOWN_SYSTEM_VARIABLE => None,
-        other => other?,
-    };
-    if let Some(seconds) = seconds.filter(|s| *s > 0) {
-        return Ok(seconds);
+    let seconds = variable(conn, "binlog_expire_logs_seconds").await?;
+    let days = variable(conn, "expire_logs_days").await?;
+    Ok(expiry_from(&seconds, &days).unwrap_or(0))
+}
+
+/// A global variable as text; empty on a server without it.
+async fn variable(conn: &mut Conn, name: &str) -> Result<String, mysql_async::Error> {
+    match conn.query_first::<Option<String>, _>(format!("SELECT @@GLOBAL.{name}")).await {
+        Err(mysql_async::Error::Server(e)) if e.code == UNKNOWN_SYSTEM_VARIABLE => Ok(String::new()),
+        other => Ok(other?.flatten().unwrap_or_default()),
     }
-    // MySQL 5.7 and MariaDB before 10.6 count in days (fractions on MariaDB).
-    let days: Option<f64> = match conn.query_first("SELECT @@expire_logs_days * 1.0").await {
-        Err(mysql_async::Error::Server(e)) if e.code == UNKNOWN_SYSTEM_VARIABLE => None,
-        other => other?,
-    };
-    Ok(days.map_or(0, |days| (days * 86_400.0) as u64))
 }
 
 #[cfg(test)]
