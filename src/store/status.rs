@@ -90,12 +90,16 @@ impl StatusStore {
     pub async fn backlog(&self) -> Result<Backlog, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
         let asked = SystemTime::now();
+        // The binary protocol, so NOW(3) comes back as a date, not as text.
         let row: Option<(u64, Option<i64>, Value)> = conn
-            .query_first(format!(
-                "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(3)), NOW(3) \
-                 FROM {} WHERE status = {PENDING} OR (status = {SENDING} AND (lease_until IS NULL OR lease_until < NOW(3)))",
-                self.outbox.qualified()
-            ))
+            .exec_first(
+                format!(
+                    "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(3)), NOW(3) \
+                     FROM {} WHERE status = {PENDING} OR (status = {SENDING} AND (lease_until IS NULL OR lease_until < NOW(3)))",
+                    self.outbox.qualified()
+                ),
+                (),
+            )
             .await?;
         let answered = SystemTime::now();
         let (waiting, micros, now) = row.unwrap_or((0, None, Value::NULL));
