@@ -133,29 +133,20 @@ fn log_bin(facts: &SourceFacts) -> Finding {
 }
 
 fn binlog_format(facts: &SourceFacts) -> Finding {
-    let format = facts.value("binlog_format");
-    if format.eq_ignore_ascii_case("ROW") {
-        return Finding::ok(Group::Source, "binlog_format", "ROW");
-    }
-    Finding::fail(
-        Group::Source,
-        "binlog_format",
-        format,
-        "set binlog_format = ROW (STATEMENT and MIXED do not carry row values)",
-    )
+    must_be(facts, "binlog_format", "ROW", "set binlog_format = ROW (STATEMENT and MIXED do not carry row values)")
 }
 
 fn row_image(facts: &SourceFacts) -> Finding {
-    let image = facts.value("binlog_row_image");
-    if image.eq_ignore_ascii_case("FULL") {
-        return Finding::ok(Group::Source, "binlog_row_image", "FULL");
+    must_be(facts, "binlog_row_image", "FULL", "set binlog_row_image = FULL (MINIMAL/NOBLOB can omit outbox columns)")
+}
+
+/// The variable `name` must read `expected` (any case); else a FAIL with `fix`.
+fn must_be(facts: &SourceFacts, name: &'static str, expected: &'static str, fix: &'static str) -> Finding {
+    let value = facts.value(name);
+    if value.eq_ignore_ascii_case(expected) {
+        return Finding::ok(Group::Source, name, expected);
     }
-    Finding::fail(
-        Group::Source,
-        "binlog_row_image",
-        image,
-        "set binlog_row_image = FULL (MINIMAL/NOBLOB can omit outbox columns)",
-    )
+    Finding::fail(Group::Source, name, value, fix)
 }
 
 /// FULL makes every row event name its columns. The relay maps columns through
