@@ -1,12 +1,15 @@
 //! Opening the two database connections (`source` and `primary`) with errors that
-//! name the role, the address and the config key to fix.
+//! name the role, the address and the config key to fix. Every connection opens
+//! through [`tls`], which applies the section's TLS settings.
+
+mod tls;
 
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts};
 
-use crate::config::DbUrl;
+use crate::config::{DbUrl, TlsConfig};
 
 /// How long opening the first connection may take before the database counts as down.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -24,6 +27,18 @@ pub enum DbError {
     UnknownDatabase { role: &'static str, address: String, user: String, database: String },
     #[error("{role} database at {address}: {source}")]
     Query { role: &'static str, address: String, source: mysql_async::Error },
+    #[error("the {role} database server at {address} does not offer TLS, and {section}.tls.mode = \"{mode}\" requires it: enable TLS on the server (ssl_cert, ssl_key), or set {section}.tls.mode = \"preferred\" (TLS when offered) or \"disabled\"")]
+    TlsUnavailable { role: &'static str, address: String, mode: &'static str, section: &'static str },
+    #[error("the {role} database server at {address} accepts only TLS connections ({reason}): set {section}.tls.mode = \"required\", \"verify_ca\" or \"verify_identity\" (with {section}.tls.ca_file), or \"preferred\"")]
+    TlsRequiredByServer { role: &'static str, address: String, reason: String, section: &'static str },
+    #[error("the TLS certificate of the {role} database server at {address} does not verify against the CA file {ca_file} ({section}.tls.ca_file): {reason}; set {section}.tls.ca_file to the CA that signed the server's certificate")]
+    CertificateRejected { role: &'static str, address: String, ca_file: String, reason: String, section: &'static str },
+    #[error("the TLS certificate of the {role} database server at {address} is not issued for the host in {role}.url: {reason}; connect by a name the certificate holds, or set {section}.tls.mode = \"verify_ca\" (chain only)")]
+    TlsHostMismatch { role: &'static str, address: String, reason: String, section: &'static str },
+    #[error("cannot read {key} {path}: {reason}; fix the path, or let the relay's user read the file")]
+    TlsFile { key: String, path: String, reason: String },
+    #[error("TLS to the {role} database server at {address} failed: {reason}; {fix}")]
+    TlsSetup { role: &'static str, address: String, reason: String, fix: String },
 }
 
 /// Server error codes that mean the credentials or the database name are wrong.
@@ -33,28 +48,51 @@ mod codes {
     pub const UNKNOWN_DATABASE: u16 = 1049;
 }
 
-/// A pool for one database role, checked with a round trip before it is returned.
+/// A pool for a bare URL (tools and tests), with the default TLS mode (`preferred`).
 pub async fn connect(role: &'static str, url: &DbUrl, pool_max: usize) -> Result<Pool, DbError> {
-    connect_with(role, url, pool_max, &[]).await
+    connect_with(role, url, &TlsConfig::default(), pool_max, &[]).await
 }
 
-/// Like [`connect`], with `setup` statements run on every new connection.
-pub async fn connect_with(role: &'static str, url: &DbUrl, pool_max: usize, setup: &[&str]) -> Result<Pool, DbError> {
-    let unreachable = |reason: String| DbError::Unreachable { role, address: url.address().to_owned(), reason };
-    let opts = Opts::from_url(url.expose()).map_err(|e| unreachable(e.to_string()))?;
+/// A pool for one database role with its TLS settings, checked with a round trip
+/// before it is returned; `setup` statements run on every new connection.
+pub async fn connect_with(
+    role: &'static str,
+    url: &DbUrl,
+    tls: &TlsConfig,
+    pool_max: usize,
+    setup: &[&str],
+) -> Result<Pool, DbError> {
     let constraints = PoolConstraints::new(0, pool_max.max(1)).unwrap_or_default();
-    let opts =
-        OptsBuilder::from_opts(opts).pool_opts(PoolOpts::default().with_constraints(constraints)).setup(setup.to_vec());
-    let pool = Pool::new(opts);
-    let ping = async {
+    let opened = tls::establish(role, url, tls, |opts| async move {
+        let opts = OptsBuilder::from_opts(opts)
+            .pool_opts(PoolOpts::default().with_constraints(constraints))
+            .setup(setup.to_vec());
+        let pool = Pool::new(opts);
         let mut conn = pool.get_conn().await?;
-        conn.ping().await
-    };
-    match tokio::time::timeout(CONNECT_TIMEOUT, ping).await {
-        Ok(Ok(())) => Ok(pool),
-        Ok(Err(e)) => Err(DbError::connect(role, url, e)),
-        Err(_) => Err(unreachable(format!("no answer within {CONNECT_TIMEOUT:?}"))),
-    }
+        conn.ping().await?;
+        drop(conn);
+        Ok(pool)
+    });
+    within_timeout(role, url, opened).await
+}
+
+/// One connection (not pooled) for `role`, with its TLS settings: the binlog stream's.
+pub async fn open_conn(role: &'static str, url: &DbUrl, tls: &TlsConfig) -> Result<Conn, DbError> {
+    tls::establish(role, url, tls, Conn::new::<mysql_async::Opts>).await
+}
+
+async fn within_timeout<T>(
+    role: &'static str,
+    url: &DbUrl,
+    opening: impl std::future::Future<Output = Result<T, DbError>>,
+) -> Result<T, DbError> {
+    tokio::time::timeout(CONNECT_TIMEOUT, opening).await.unwrap_or_else(|_| {
+        Err(DbError::Unreachable {
+            role,
+            address: url.address().to_owned(),
+            reason: format!("no answer within {CONNECT_TIMEOUT:?}"),
+        })
+    })
 }
 
 impl DbError {

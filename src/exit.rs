@@ -97,9 +97,15 @@ fn db_class(error: &DbError) -> ExitClass {
         }
         DbError::Query { source: mysql_async::Error::Server(_), .. } => ExitClass::Environment,
         DbError::Query { .. } => ExitClass::DependencyDown,
-        DbError::AccessDenied { .. } | DbError::DatabaseDenied { .. } | DbError::UnknownDatabase { .. } => {
-            ExitClass::Environment
-        }
+        DbError::AccessDenied { .. }
+        | DbError::DatabaseDenied { .. }
+        | DbError::UnknownDatabase { .. }
+        | DbError::TlsUnavailable { .. }
+        | DbError::TlsRequiredByServer { .. }
+        | DbError::CertificateRejected { .. }
+        | DbError::TlsHostMismatch { .. }
+        | DbError::TlsSetup { .. } => ExitClass::Environment,
+        DbError::TlsFile { .. } => ExitClass::Config,
     }
 }
 
@@ -150,5 +156,23 @@ mod tests {
         let down = DbError::Unreachable { role: "primary", address: "db:3306".into(), reason: "refused".into() };
         assert_eq!(code(RelayError::Db(down)), 3);
         assert_eq!(code(RelayError::Environment("queue count changed".into())), 4);
+    }
+
+    #[test]
+    fn a_tls_mismatch_is_the_environment_and_an_unreadable_tls_file_the_configuration() {
+        let no_tls =
+            DbError::TlsUnavailable { role: "source", address: "db:3306".into(), mode: "required", section: "source" };
+        assert_eq!(code(RelayError::Db(no_tls)), 4);
+        let rejected = DbError::CertificateRejected {
+            role: "primary",
+            address: "db:3306".into(),
+            ca_file: "/etc/ca.pem".into(),
+            reason: "UnknownIssuer".into(),
+            section: "primary",
+        };
+        assert_eq!(code(RelayError::Db(rejected)), 4);
+        let unreadable =
+            DbError::TlsFile { key: "primary.tls.ca_file".into(), path: "/etc/ca.pem".into(), reason: "denied".into() };
+        assert_eq!(code(RelayError::Db(unreadable)), 2);
     }
 }

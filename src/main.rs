@@ -45,7 +45,8 @@ enum Command {
     Migrate {
         #[command(flatten)]
         config: ConfigArg,
-        /// Run the DDL as this user instead of primary.url (one with CREATE and ALTER).
+        /// Run the DDL as this user instead of primary.url (one with CREATE and ALTER);
+        /// it connects with primary.tls.
         #[arg(long)]
         admin_url: Option<String>,
     },
@@ -295,7 +296,7 @@ fn print_config(config: &Config) -> anyhow::Result<()> {
 
 async fn migrate(config: &Config, admin_url: Option<String>) -> anyhow::Result<()> {
     let url = admin_url.map_or_else(|| config.primary.url.clone(), DbUrl::new);
-    let pool = db::connect("primary", &url, 1).await?;
+    let pool = db::connect_with("primary", &url, &config.primary.tls, 1, &[]).await?;
     let outbox = config.outbox_table();
     let report =
         store::migrate(&pool, &outbox).await.map_err(|e| db::DbError::query("primary", &url, e)).with_context(

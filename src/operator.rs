@@ -56,7 +56,7 @@ pub struct ReconcileArgs {
     #[arg(long, value_parser = UtcTime::parse)]
     until: UtcTime,
     /// The consumer's database URL; default: primary.url, with the dedup table in the
-    /// outbox table's schema.
+    /// outbox table's schema. It is opened with primary.tls.
     #[arg(long, env = "OUTBOX_RELAY_CONSUMER_DB", hide_env_values = true)]
     consumer_db: Option<String>,
     /// The consumer kit's dedup table: `table` (in --consumer-db's database) or `schema.table`.
@@ -95,7 +95,7 @@ pub enum Action {
 
 /// Runs `action` against the primary and outbox table of `config`; prints the result.
 pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<()> {
-    let pool = db::connect("primary", &config.primary.url, 2).await?;
+    let pool = db::connect_with("primary", &config.primary.url, &config.primary.tls, 2, &[]).await?;
     let manual = Manual::new(pool.clone(), config.outbox_table());
     let table = config.outbox_table().qualified();
     // A server error (a missing table, a missing grant) classifies as exit 4.
@@ -233,7 +233,7 @@ async fn reconcile(config: &Config, pool: &Pool, args: ReconcileArgs, json: bool
     let outbox = config.outbox_table();
     let consumer_db = match args.consumer_db.map(DbUrl::new) {
         Some(url) => {
-            let pool = db::connect("consumer", &url, 1)
+            let pool = db::connect_with("consumer", &url, &config.primary.tls, 1, &[])
                 .await
                 .context("connecting to the consumer database of --consumer-db")?;
             Some((pool, url))

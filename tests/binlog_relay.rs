@@ -335,3 +335,42 @@ async fn an_outbox_table_without_a_needed_column_is_refused_naming_it() {
     assert_eq!(code, Some(4), "{log}");
     assert!(log.contains("no column `biz_key`"), "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_added_before_the_payload_while_the_relay_is_stopped_changes_no_row() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "alter").await;
+    let options = RelayOptions::new(outbox.name());
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    assert_eq!(relay.stop(), Some(0));
+
+    // While it is stopped: rows, an ALTER that puts a column before `payload`, more rows.
+    let before = events.rows("before", 0..5);
+    let after = events.rows("after", 0..5);
+    outbox.insert_tx(&before).await;
+    let table = outbox.table.qualified();
+    outbox.exec(&format!("ALTER TABLE {table} ADD COLUMN tenant VARCHAR(16) NOT NULL DEFAULT 'acme' AFTER topic")).await;
+    outbox.insert_tx(&after).await;
+
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("alter_consumer")).await;
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    all_sent(&outbox, 10, Duration::from_secs(60)).await;
+    let got = consumed_all(&collector, &events, 10, Duration::from_secs(60)).await;
+    for row in before.iter().chain(&after) {
+        let delivery = got.iter().find(|d| d.event_id == row.event_id).expect("every row delivered");
+        assert_eq!(
+            (delivery.biz_key.as_str(), std::str::from_utf8(&delivery.body).ok()),
+            (row.biz_key.as_str(), Some(row.payload.as_str())),
+            "{} delivered with its own key and payload",
+            row.event_id
+        );
+    }
+    // Read from the binlog, not left to the sweep (its grace is a minute).
+    assert_eq!(relay.metric("relay_events_published_total{path=\"binlog\"}"), 10.0);
+    assert_eq!(relay.metric("relay_events_published_total{path=\"sweep\"}"), 0.0);
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}

@@ -20,7 +20,7 @@ pub(super) async fn findings(config: &Config) -> Vec<Finding> {
         group: format!("{}-check", mq.producer_group),
         send_timeout: Duration::from_millis(mq.send_timeout_ms),
     };
-    let producer = match Producer::start(settings).await {
+    let producer = match Producer::start_with(settings, mq.acl().as_ref()).await {
         Ok(producer) => producer,
         Err(error) => {
             return vec![Finding::fail(

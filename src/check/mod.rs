@@ -132,14 +132,14 @@ pub async fn run(config: &Config) -> Report {
         _ => None,
     };
     let source_pool = match source {
-        Some(settings) => match db::connect("source", &settings.url, 1).await {
+        Some(settings) => match db::connect_with("source", &settings.url, &settings.tls, 1, &[]).await {
             Ok(pool) => Some(pool),
             Err(error) => {
                 findings.push(Finding::fail(
                     Group::Source,
                     "connection",
                     error.to_string(),
-                    "start the source or fix source.url; its checks (settings, grants, columns) did not run",
+                    "start the source or fix source.url / source.tls as the message says; its checks (settings, grants, columns) did not run",
                 ));
                 None
             }
@@ -149,14 +149,14 @@ pub async fn run(config: &Config) -> Report {
             None
         }
     };
-    let primary_pool = match db::connect("primary", &config.primary.url, 1).await {
+    let primary_pool = match db::connect_with("primary", &config.primary.url, &config.primary.tls, 1, &[]).await {
         Ok(pool) => Some(pool),
         Err(error) => {
             findings.push(Finding::fail(
                 Group::Table,
                 "primary connection",
                 error.to_string(),
-                "start the primary or fix primary.url; its checks (grants, tables) did not run",
+                "start the primary or fix primary.url / primary.tls as the message says; its checks (grants, tables) did not run",
             ));
             None
         }

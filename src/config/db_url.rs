@@ -44,6 +44,15 @@ impl DbUrl {
         (!db.is_empty()).then_some(db)
     }
 
+    /// The URL with `password` as its password (percent-encoded, so any byte is
+    /// allowed); `None` when the URL has no user name to attach it to.
+    pub fn with_password(&self, password: &str) -> Option<DbUrl> {
+        let (scheme, rest) = self.0.split_once("://")?;
+        let (userinfo, host) = rest.rsplit_once('@')?;
+        let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+        (!user.is_empty()).then(|| DbUrl(format!("{scheme}://{user}:{}@{host}", percent_encode(password))))
+    }
+
     /// The URL with the password (if any) replaced by `***`.
     pub fn redacted(&self) -> String {
         let Some((scheme, rest)) = self.0.split_once("://") else {
@@ -57,6 +66,16 @@ impl DbUrl {
             None => self.0.clone(),
         }
     }
+}
+
+/// Every byte outside the URL's unreserved characters as `%XX`.
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => char::from(b).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 impl fmt::Display for DbUrl {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::{Table, Value};
 
-use super::{validate, Config};
+use super::{secret, validate, Config};
 
 /// Prefix of environment overrides: `OUTBOX_RELAY__SOURCE__URL` sets `source.url`.
 pub const ENV_PREFIX: &str = "OUTBOX_RELAY__";
@@ -25,6 +25,8 @@ pub enum ConfigError {
     Env { var: String, message: String },
     #[error("config key `{key}`: {message}")]
     Invalid { key: String, message: String },
+    #[error("config key `{key}`: cannot read {path}: {source} (fix the path, or let the relay's user read the file)")]
+    SecretFile { key: String, path: PathBuf, source: std::io::Error },
 }
 
 impl ConfigError {
@@ -55,10 +57,11 @@ pub fn load_from_str(
             apply_override(&mut table, &var, path, &value)?;
         }
     }
-    let config: Config = serde_path_to_error::deserialize(Value::Table(table)).map_err(|e| {
+    let mut config: Config = serde_path_to_error::deserialize(Value::Table(table)).map_err(|e| {
         let path = e.path().to_string();
         describe(if path == "." { None } else { Some(path) }, &e.into_inner().to_string())
     })?;
+    secret::resolve(&mut config)?;
     validate::validate(&config)?;
     Ok(config)
 }

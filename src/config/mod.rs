@@ -4,11 +4,15 @@
 //! (`OUTBOX_RELAY__SECTION__KEY=value`, see [`load`]). Every section rejects unknown
 //! keys, so a typo is an error at start-up instead of a silently ignored setting.
 //! Database URLs are [`DbUrl`]s whose `Debug`/`Display`/serialised forms never show
-//! the password, so a config dump or a log line cannot leak it.
+//! the password, so a config dump or a log line cannot leak it; the same holds for
+//! every [`Secret`]. Secrets can also come from files (`password_file`,
+//! `secret_key_file`, see [`secret`]); database connections take a [`TlsConfig`].
 
 mod claim;
 mod db_url;
 mod load;
+mod secret;
+mod tls;
 mod validate;
 
 #[cfg(test)]
@@ -23,6 +27,8 @@ use serde::{Deserialize, Serialize};
 pub use claim::ClaimMethod;
 pub use db_url::DbUrl;
 pub use load::{load, load_from_str, ConfigError, ENV_PREFIX};
+pub use secret::Secret;
+pub use tls::{TlsConfig, TlsMode};
 
 /// How the relay finds new outbox rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -80,6 +86,11 @@ pub struct Config {
 pub struct SourceConfig {
     /// `mysql://user:password@host:port/` of a user with REPLICATION SLAVE/CLIENT.
     pub url: DbUrl,
+    /// A file holding the password; it replaces the password in `url`.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    #[serde(default)]
+    pub tls: TlsConfig,
     /// The replica server_id the relay registers with; unique among the source's replicas.
     pub server_id: u32,
     /// Replication heartbeat period: a connection silent for 3 periods is reconnected.
@@ -97,6 +108,11 @@ pub struct SourceConfig {
 #[serde(deny_unknown_fields)]
 pub struct PrimaryConfig {
     pub url: DbUrl,
+    /// A file holding the password; it replaces the password in `url`.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    #[serde(default)]
+    pub tls: TlsConfig,
     #[serde(default = "defaults::pool_max")]
     pub pool_max: usize,
     /// Log the relay's own updates (SENT, claims, retries) with `binlog_row_image =
@@ -143,6 +159,23 @@ pub struct RocketMqConfig {
     /// Topics with pinned queue counts, keyed by topic name.
     #[serde(default)]
     pub topics: BTreeMap<String, TopicConfig>,
+    /// ACL access key; requests are signed when it and a secret key are set.
+    #[serde(default)]
+    pub access_key: Option<String>,
+    /// ACL secret key (or `secret_key_file`).
+    #[serde(default)]
+    pub secret_key: Option<Secret>,
+    /// A file holding the ACL secret key.
+    #[serde(default)]
+    pub secret_key_file: Option<PathBuf>,
+}
+
+/// RocketMQ ACL credentials: requests are signed with the secret key (HMAC), which
+/// itself never leaves the process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclCredentials {
+    pub access_key: String,
+    pub secret_key: Secret,
 }
 
 /// The ordered per-queue senders.
@@ -293,6 +326,15 @@ impl Config {
             schema: self.outbox_schema().unwrap_or_default().to_owned(),
             table: self.outbox.table.clone(),
         }
+    }
+}
+
+impl RocketMqConfig {
+    /// The ACL credentials, when both keys are set (`validate` refuses one alone).
+    pub fn acl(&self) -> Option<AclCredentials> {
+        let access_key = self.access_key.clone()?;
+        let secret_key = self.secret_key.clone()?;
+        Some(AclCredentials { access_key, secret_key })
     }
 }
 

@@ -159,3 +159,145 @@ fn the_allowed_downtime_is_a_day_and_never_zero() {
     let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__SOURCE__MAX_DOWNTIME_SECS", "0")]);
     assert!(message.contains("source.max_downtime_secs") && message.contains("got 0"), "{message}");
 }
+
+/// A file under the temp directory holding `content`, removed when dropped.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(content: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("outbox-relay-secret-{}", uuid::Uuid::now_v7().simple()));
+        std::fs::write(&path, content).expect("write the secret file");
+        Self(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 temp path")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn tls_is_preferred_unless_set_and_each_mode_checks_its_files() {
+    let config = load_with(EXAMPLE, &[]).expect("example config is valid");
+    assert_eq!(config.primary.tls.mode, TlsMode::Preferred);
+    assert_eq!(config.source.as_ref().map(|s| s.tls.mode), Some(TlsMode::Preferred));
+    let config = load_with(
+        EXAMPLE,
+        &[
+            ("OUTBOX_RELAY__SOURCE__TLS__MODE", "verify_identity"),
+            ("OUTBOX_RELAY__SOURCE__TLS__CA_FILE", "/etc/ca.pem"),
+        ],
+    )
+    .expect("verify_identity with a CA file is valid");
+    let tls = &config.source.as_ref().expect("source").tls;
+    assert_eq!(
+        (tls.mode, tls.ca_file.as_deref()),
+        (TlsMode::VerifyIdentity, Some(std::path::Path::new("/etc/ca.pem")))
+    );
+
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__PRIMARY__TLS__MODE", "verify_ca")]);
+    assert!(message.contains("primary.tls.ca_file") && message.contains("verify_ca"), "{message}");
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__PRIMARY__TLS__MODE", "strict")]);
+    assert!(message.contains("primary.tls.mode") && message.contains("verify_identity"), "{message}");
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__PRIMARY__TLS__CA_FILE", "/etc/ca.pem")]);
+    assert!(message.contains("primary.tls.ca_file") && message.contains("preferred"), "{message}");
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__SOURCE__TLS__CERT_FILE", "/etc/client.pem")]);
+    assert!(message.contains("source.tls.cert_file") && message.contains("source.tls.key_file"), "{message}");
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__SOURCE__TLS__KEY_FILE", "/etc/client.key")]);
+    assert!(message.contains("source.tls.cert_file") && message.contains("source.tls.key_file"), "{message}");
+    let text =
+        EXAMPLE.replace("minimal_row_image = true", "minimal_row_image = true\n[primary.tls]\nmode = \"requierd\"");
+    let message = error_of(&text, &[]);
+    assert!(message.contains("primary.tls.mode") && message.contains("requierd"), "{message}");
+}
+
+#[test]
+fn a_password_file_replaces_the_url_password_and_stays_secret() {
+    let secret = TempFile::new("p@ss:w/rd\n");
+    let config = load_with(EXAMPLE, &[("OUTBOX_RELAY__PRIMARY__PASSWORD_FILE", secret.path())])
+        .expect("a readable password file is valid");
+    let opts = mysql_async::Opts::from_url(config.primary.url.expose()).expect("the URL still parses");
+    assert_eq!(opts.pass(), Some("p@ss:w/rd"), "the trailing newline is stripped, the rest kept");
+    assert_eq!(opts.user(), Some("outbox_writer"));
+    assert_eq!(config.primary.url.address(), "127.0.0.1:13306");
+    let dump = toml::to_string(&config).expect("config serialises");
+    let debug = format!("{config:?}");
+    for text in [&dump, &debug] {
+        assert!(!text.contains("p@ss") && !text.contains("p%40ss"), "password leaked: {text}");
+    }
+
+    let missing = "/nonexistent/outbox-relay/source-password";
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__SOURCE__PASSWORD_FILE", missing)]);
+    assert!(message.contains("source.password_file") && message.contains(missing), "{message}");
+    let empty = TempFile::new("\n");
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__SOURCE__PASSWORD_FILE", empty.path())]);
+    assert!(message.contains("source.password_file") && message.contains("empty"), "{message}");
+    let message = error_of(
+        EXAMPLE,
+        &[
+            ("OUTBOX_RELAY__PRIMARY__URL", "mysql://127.0.0.1:13306/app"),
+            ("OUTBOX_RELAY__PRIMARY__PASSWORD_FILE", secret.path()),
+        ],
+    );
+    assert!(message.contains("primary.url") && message.contains("user name"), "{message}");
+}
+
+#[test]
+fn rocketmq_acl_keys_come_in_pairs_and_the_secret_never_shows() {
+    let config = load_with(EXAMPLE, &[]).expect("example config is valid");
+    assert_eq!(config.rocketmq.acl(), None);
+
+    let secret = TempFile::new("mq-top-secret\r\n");
+    let config = load_with(
+        EXAMPLE,
+        &[("OUTBOX_RELAY__ROCKETMQ__ACCESS_KEY", "relay"), ("OUTBOX_RELAY__ROCKETMQ__SECRET_KEY_FILE", secret.path())],
+    )
+    .expect("an access key with a secret key file is valid");
+    let acl = config.rocketmq.acl().expect("ACL credentials");
+    assert_eq!((acl.access_key.as_str(), acl.secret_key.expose()), ("relay", "mq-top-secret"));
+    let dump = toml::to_string(&config).expect("config serialises");
+    for text in [&dump, &format!("{config:?}"), &format!("{acl:?}"), &acl.secret_key.to_string()] {
+        assert!(!text.contains("mq-top-secret"), "secret leaked: {text}");
+    }
+
+    let config = load_with(
+        EXAMPLE,
+        &[("OUTBOX_RELAY__ROCKETMQ__ACCESS_KEY", "relay"), ("OUTBOX_RELAY__ROCKETMQ__SECRET_KEY", "inline-secret")],
+    )
+    .expect("an inline secret key is valid");
+    assert_eq!(config.rocketmq.acl().map(|a| a.secret_key.expose().to_owned()).as_deref(), Some("inline-secret"));
+
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__ROCKETMQ__ACCESS_KEY", "relay")]);
+    assert!(message.contains("rocketmq.access_key") && message.contains("rocketmq.secret_key"), "{message}");
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__ROCKETMQ__SECRET_KEY", "inline-secret")]);
+    assert!(message.contains("rocketmq.access_key") && !message.contains("inline-secret"), "{message}");
+    let message = error_of(
+        EXAMPLE,
+        &[
+            ("OUTBOX_RELAY__ROCKETMQ__ACCESS_KEY", "relay"),
+            ("OUTBOX_RELAY__ROCKETMQ__SECRET_KEY", "inline-secret"),
+            ("OUTBOX_RELAY__ROCKETMQ__SECRET_KEY_FILE", secret.path()),
+        ],
+    );
+    assert!(message.contains("rocketmq.secret_key_file") && !message.contains("inline-secret"), "{message}");
+    let missing = "/nonexistent/outbox-relay/mq-secret";
+    let message = error_of(
+        EXAMPLE,
+        &[("OUTBOX_RELAY__ROCKETMQ__ACCESS_KEY", "relay"), ("OUTBOX_RELAY__ROCKETMQ__SECRET_KEY_FILE", missing)],
+    );
+    assert!(message.contains("rocketmq.secret_key_file") && message.contains(missing), "{message}");
+}
+
+#[test]
+fn a_password_is_percent_encoded_into_the_url() {
+    let url = DbUrl::new("mysql://u:old@h:1/db").with_password("a b/%:@é").expect("a user to attach to");
+    assert_eq!(url.redacted(), "mysql://u:***@h:1/db");
+    let opts = mysql_async::Opts::from_url(url.expose()).expect("parses");
+    assert_eq!(opts.pass(), Some("a b/%:@é"));
+    assert_eq!(DbUrl::new("mysql://h:1/db").with_password("x"), None);
+}

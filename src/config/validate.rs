@@ -8,6 +8,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         check_source(config.source()?)?;
     }
     check_db_url("primary.url", &config.primary.url)?;
+    config.primary.tls.validate("primary")?;
     at_least("primary.pool_max", config.primary.pool_max as u64, 1)?;
     check_identifier("outbox.table", &config.outbox.table)?;
     match config.outbox_schema() {
@@ -61,6 +62,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
 
 fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
     check_db_url("source.url", &source.url)?;
+    source.tls.validate("source")?;
     if source.server_id == 0 {
         return Err(ConfigError::invalid(
             "source.server_id",
@@ -87,6 +89,16 @@ fn check_rocketmq(config: &Config) -> Result<(), ConfigError> {
     }
     at_least("rocketmq.send_timeout_ms", mq.send_timeout_ms, 10)?;
     at_least("rocketmq.max_message_bytes", mq.max_message_bytes as u64, 1)?;
+    if mq.access_key.is_some() != mq.secret_key.is_some() {
+        return Err(ConfigError::Invalid {
+            key: "rocketmq.access_key / rocketmq.secret_key".to_owned(),
+            message: "ACL credentials need both the access key and the secret key (or secret_key_file), or neither"
+                .to_owned(),
+        });
+    }
+    if mq.access_key.as_deref() == Some("") {
+        return Err(ConfigError::invalid("rocketmq.access_key", "\"\"", "the ACL access key, or no access_key"));
+    }
     for (topic, topic_config) in &mq.topics {
         let key = format!("rocketmq.topics.{topic}.queue_count");
         if topic_config.queue_count == 0 || topic_config.queue_count > 1024 {

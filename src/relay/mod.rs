@@ -106,11 +106,14 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
     .map_err(|e| DbError::query("primary", &config.primary.url, e))?;
     tracing::info!(mode = ?config.mode, owner = claims.owner(), claim = ?claims.method(), lease = %config.lease_name(), leader = ?holder.map(|h| h.holder), "starting");
     let publisher = Arc::new(
-        Publisher::start(ProducerSettings {
-            namesrv: config.rocketmq.namesrv.clone(),
-            group: config.rocketmq.producer_group.clone(),
-            send_timeout: Duration::from_millis(config.rocketmq.send_timeout_ms),
-        })
+        Publisher::start(
+            ProducerSettings {
+                namesrv: config.rocketmq.namesrv.clone(),
+                group: config.rocketmq.producer_group.clone(),
+                send_timeout: Duration::from_millis(config.rocketmq.send_timeout_ms),
+            },
+            config.rocketmq.acl(),
+        )
         .await?,
     );
     let warm = Warm { outbox, primary, binlog, claims, publisher, lease };
@@ -277,7 +280,7 @@ async fn shutdown_publisher(publisher: Arc<Publisher>) {
 /// The primary's pool; its connections log with MINIMAL row images when allowed.
 async fn open_primary(config: &Config) -> Result<mysql_async::Pool, RelayError> {
     let primary = &config.primary;
-    let pool = db::connect("primary", &primary.url, primary.pool_max).await?;
+    let pool = db::connect_with("primary", &primary.url, &primary.tls, primary.pool_max, &[]).await?;
     if !primary.minimal_row_image {
         return Ok(pool);
     }
@@ -288,7 +291,7 @@ async fn open_primary(config: &Config) -> Result<mysql_async::Pool, RelayError> 
     }
     // Best effort: the probe's pool is replaced by one whose every connection has the setting.
     let _ = pool.disconnect().await;
-    Ok(db::connect_with("primary", &primary.url, primary.pool_max, &[MINIMAL_ROW_IMAGE]).await?)
+    Ok(db::connect_with("primary", &primary.url, &primary.tls, primary.pool_max, &[MINIMAL_ROW_IMAGE]).await?)
 }
 
 /// What stays open for the whole process, leader or standby: the checked source,
@@ -451,6 +454,7 @@ fn reader_settings(config: &Config, outbox: &OutboxTable, flavor: Flavor) -> Res
     let source = config.source()?;
     Ok(ReaderSettings {
         url: source.url.clone(),
+        tls: source.tls.clone(),
         server_id: source.server_id,
         heartbeat: Duration::from_millis(source.heartbeat_ms),
         schema: outbox.schema.clone(),

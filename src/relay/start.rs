@@ -50,7 +50,7 @@ pub struct BinlogStart {
 /// Checks the source (settings, privileges, outbox columns) and opens the checkpoint.
 pub async fn open(config: &Config, outbox: &OutboxTable) -> Result<BinlogSource, RelayError> {
     let source = config.source()?;
-    let pool = db::connect("source", &source.url, 2).await?;
+    let pool = db::connect_with("source", &source.url, &source.tls, 2, &[]).await?;
     let address = source.url.address().to_owned();
     let mut conn = pool.get_conn().await.map_err(|e| DbError::query("source", &source.url, e))?;
     let server = binlog::preflight(&mut conn, &address, source).await?;

@@ -3,17 +3,20 @@
 //! Queue choice is the caller's (the lanes route by `hash(biz_key) % queue_count`),
 //! so the client's own retries to "another queue" are turned off: a retry to another
 //! queue would break per-key order. A send counts only when the broker answers
-//! SEND_OK; everything else is a [`PublishError`].
+//! SEND_OK; everything else is a [`PublishError`]. With ACL credentials every request
+//! is signed by the client's ACL hook (the secret key signs, it is never sent).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use rocketmq_client_rust::DefaultMQProducer;
+use rocketmq_client_rust::{AclClientRPCHook, DefaultMQProducer, SessionCredentials};
 use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use rocketmq_model::result::SendStatus;
 
 use super::{client_config, prepare, ClientHost, Prepared, PublishError};
+use crate::config::AclCredentials;
 use crate::event::OutboxEvent;
 
 /// What the producer needs to connect.
@@ -40,17 +43,30 @@ pub struct Producer {
 }
 
 impl Producer {
-    /// Starts a producer; fails with the NameServer address when it cannot.
+    /// Starts a producer without ACL credentials; fails with the NameServer address
+    /// when it cannot.
     pub async fn start(settings: ProducerSettings) -> Result<Self, PublishError> {
+        Self::start_with(settings, None).await
+    }
+
+    /// Starts a producer that signs its requests with `acl` when given.
+    pub async fn start_with(settings: ProducerSettings, acl: Option<&AclCredentials>) -> Result<Self, PublishError> {
         let host = ClientHost::start("rocketmq-producer")?;
-        let mut producer = DefaultMQProducer::builder(host.runtime())
+        let builder = DefaultMQProducer::builder(host.runtime())
             .client_config(client_config(&settings.namesrv))
             .producer_group(settings.group.clone())
             .name_server_addr(settings.namesrv.clone())
             .send_msg_timeout(millis_u32(settings.send_timeout))
             .retry_times_when_send_failed(0)
-            .retry_another_broker_when_not_store_ok(false)
-            .build();
+            .retry_another_broker_when_not_store_ok(false);
+        let builder = match acl {
+            Some(acl) => builder.rpc_hook(Arc::new(AclClientRPCHook::new(SessionCredentials::with_keys(
+                acl.access_key.as_str(),
+                acl.secret_key.expose(),
+            )))),
+            None => builder,
+        };
+        let mut producer = builder.build();
         if let Err(e) = producer.start().await {
             host.shutdown().await;
             return Err(PublishError::from_client("start producer", &e));

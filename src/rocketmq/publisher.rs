@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::{Prepared, Producer, ProducerSettings, PublishError, SendReceipt};
+use crate::config::AclCredentials;
 
 /// How often an unreachable broker is tried.
 pub const PROBE_EVERY: Duration = Duration::from_millis(500);
@@ -33,6 +34,8 @@ const PROBES_PER_PRODUCER: u32 = 4;
 /// The current producer, and what is known about unreachable brokers.
 pub struct Publisher {
     settings: ProducerSettings,
+    /// ACL credentials every producer it starts signs with.
+    acl: Option<AclCredentials>,
     current: RwLock<Arc<Producer>>,
     /// Bumped on every renewal; lanes waiting out an outage watch it.
     renewed: watch::Sender<u64>,
@@ -46,10 +49,11 @@ pub struct Publisher {
 
 impl Publisher {
     /// Starts the first producer.
-    pub async fn start(settings: ProducerSettings) -> Result<Self, PublishError> {
-        let producer = Producer::start(settings.clone()).await?;
+    pub async fn start(settings: ProducerSettings, acl: Option<AclCredentials>) -> Result<Self, PublishError> {
+        let producer = Producer::start_with(settings.clone(), acl.as_ref()).await?;
         Ok(Self {
             settings,
+            acl,
             current: RwLock::new(Arc::new(producer)),
             renewed: watch::Sender::new(0),
             unreachable: AtomicBool::new(false),
@@ -118,7 +122,7 @@ impl Publisher {
             }
             let (producer, failures) = match prober.take() {
                 Some(probe) => probe,
-                None => match Producer::start(self.settings.clone()).await {
+                None => match Producer::start_with(self.settings.clone(), self.acl.as_ref()).await {
                     Ok(producer) => (producer, 0),
                     Err(error) => {
                         tracing::debug!(%error, "probe producer cannot start yet");

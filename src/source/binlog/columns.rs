@@ -1,9 +1,11 @@
 //! Which binlog column holds which outbox field.
 //!
-//! Row events carry values by position only; names come from information_schema
-//! (read at start and again whenever a TABLE_MAP shows a different column count,
-//! i.e. after an ALTER TABLE).
+//! Row events carry values by position only. The names come from the TABLE_MAP
+//! before them when the source writes full row metadata; otherwise from
+//! information_schema (read at start and again whenever a TABLE_MAP shows a
+//! different column count, i.e. after an ALTER TABLE).
 
+use mysql_async::binlog::events::{OptionalMetadataField, TableMapEvent};
 use mysql_async::prelude::Queryable;
 
 /// Positions of the columns the relay reads.
@@ -57,6 +59,8 @@ impl ColumnMap {
     }
 
     /// Reads the table's columns from information_schema.
+    ///
+    /// See [`names_in`] for the names a TABLE_MAP may carry itself.
     pub async fn load(
         conn: &mut mysql_async::Conn,
         schema: &str,
@@ -70,6 +74,19 @@ impl ColumnMap {
             .await?;
         Ok(Self::from_names(&format!("{schema}.{table}"), &names))
     }
+}
+
+/// The column names a TABLE_MAP carries (`binlog_row_metadata = FULL`), or `None`
+/// when it carries none.
+pub fn names_in(table_map: &TableMapEvent<'_>) -> std::io::Result<Option<Vec<String>>> {
+    for field in table_map.iter_optional_meta() {
+        if let OptionalMetadataField::ColumnName(names) = field? {
+            let names: std::io::Result<Vec<String>> =
+                names.iter_names().map(|name| name.map(|n| n.name().into_owned())).collect();
+            return names.map(Some);
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]

@@ -18,6 +18,12 @@
 //! relay's own SENT write-back) are ignored. An event the relay cannot decode
 //! (MariaDB compressed or encrypted events, unknown types) is an error: skipping it
 //! could skip outbox rows, which is silent loss.
+//!
+//! Which value is which column: when a TABLE_MAP names its columns
+//! (`binlog_row_metadata = FULL`), by those names, so rows written before an ALTER
+//! TABLE map as they were written. Otherwise by the table's current columns, and only
+//! while their count matches the TABLE_MAP's: a different count means the table
+//! changed after these rows were written, and the decoder stops rather than guess.
 
 use std::collections::HashMap;
 
@@ -27,9 +33,10 @@ use mysql_async::binlog::row::BinlogRow;
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::Value;
 
-use super::columns::ColumnMap;
+use super::columns::{self, ColumnError, ColumnMap};
 use super::group::{Ending, OpenGroup};
 use super::gtid::GtidState;
+use super::json;
 use super::mariadb;
 use super::prepared::PreparedXa;
 use super::statement::{Statement, XaStatement};
@@ -43,8 +50,9 @@ use crate::source::SourceTx;
 pub enum Decoded {
     /// Nothing to hand on.
     Nothing,
-    /// A TABLE_MAP for the outbox whose column count differs from the column map:
-    /// reload the map (information_schema), `set_columns`, and feed the event again.
+    /// A TABLE_MAP for the outbox, without column names, whose column count differs
+    /// from the column map: reload the map (information_schema), `set_columns`, and
+    /// feed the event again.
     NeedColumns,
     /// A transaction committed.
     Commit(SourceTx),
@@ -67,6 +75,12 @@ pub enum DecodeError {
     Malformed { file: String, pos: u64, detail: String },
     #[error("outbox row at {file}:{pos} has an unusable `{column}` value: {detail}")]
     BadRow { file: String, pos: u64, column: &'static str, detail: String },
+    #[error("cannot read the binlog event at {file}:{pos} (the one after the last event read): {detail}; the binlog is cut short or damaged there: if it persists, repair or replace the source (or point source.url at another replica); the sweep delivers PENDING rows meanwhile")]
+    Unreadable { file: String, pos: u64, detail: String },
+    #[error("the outbox table as its rows at {file}:{pos} were written: {source}")]
+    Columns { file: String, pos: u64, source: ColumnError },
+    #[error("outbox rows at {file}:{pos} were written with {written} columns, but {table} has {now} now (an ALTER TABLE ran after them) and the binlog does not name its columns: the relay will not guess which value is which column. The sweep delivers these rows meanwhile, nothing is lost. Fix: set binlog_row_metadata = FULL on the source (MySQL 8.0.1+, MariaDB 10.5+) so row events name their columns, and move the relay past the ALTER with `outbox-relay position set` (to the position after the ALTER TABLE in the source's binlog)")]
+    ColumnCountChanged { file: String, pos: u64, table: String, written: usize, now: usize },
 }
 
 /// How an XA transaction was decided.
@@ -76,15 +90,27 @@ enum Decision {
     Rollback,
 }
 
+/// A TABLE_MAP of the outbox table, and which of its columns the relay reads.
+struct OutboxMap {
+    table_map: TableMapEvent<'static>,
+    columns: ColumnMap,
+}
+
 /// The decoder's state between events.
 pub struct Decoder {
     schema: String,
     table: String,
+    /// The table's current columns (information_schema), for TABLE_MAPs without names.
     columns: Option<ColumnMap>,
+    /// `columns` was installed after the last TABLE_MAP used it: reloading it again
+    /// cannot help a TABLE_MAP it does not match.
+    columns_fresh: bool,
     file: String,
+    /// The end of the last event read: where the next one starts.
+    read_to: u64,
     gtid: GtidState,
     /// Table maps of the outbox table by table id.
-    outbox_maps: HashMap<u64, TableMapEvent<'static>>,
+    outbox_maps: HashMap<u64, OutboxMap>,
     group: OpenGroup,
     prepared: PreparedXa,
     /// The size of a part of a large transaction, and the most rows held that cannot
@@ -108,7 +134,9 @@ impl Decoder {
             schema: schema.to_owned(),
             table: table.to_owned(),
             columns: None,
+            columns_fresh: false,
             file: start.file.clone(),
+            read_to: start.pos,
             gtid: GtidState::parse(start.gtid.as_deref().unwrap_or_default()),
             outbox_maps: HashMap::new(),
             group: OpenGroup::default(),
@@ -123,6 +151,13 @@ impl Decoder {
     /// Installs the column map (after `Decoded::NeedColumns` or at start).
     pub fn set_columns(&mut self, columns: ColumnMap) {
         self.columns = Some(columns);
+        self.columns_fresh = true;
+    }
+
+    /// The error for an event that cannot be read (a cut or damaged binlog, or a
+    /// stream error): it names where the unreadable event starts.
+    pub fn unreadable(&self, detail: impl std::fmt::Display) -> DecodeError {
+        DecodeError::Unreadable { file: self.file.clone(), pos: self.read_to, detail: detail.to_string() }
     }
 
     /// Outbox events of the open group read so far and not handed on.
@@ -133,11 +168,19 @@ impl Decoder {
     /// Feeds one event.
     pub fn handle(&mut self, event: &Event) -> Result<Decoded, DecodeError> {
         let header = event.header();
-        let pos = u64::from(header.log_pos());
         let code = header.event_type_raw();
         if HEARTBEAT_CODES.contains(&code) {
             return Ok(Decoded::Heartbeat);
         }
+        // Events inside a compressed transaction carry no position: theirs is the
+        // end of the payload event that held them.
+        let pos = match u64::from(header.log_pos()) {
+            0 => self.payload_end,
+            pos => {
+                self.read_to = pos;
+                pos
+            }
+        };
         if header.event_type().is_err() {
             return self.handle_mariadb(event, code, pos);
         }
@@ -148,13 +191,17 @@ impl Decoder {
                 self.file = mariadb::clean_binlog_name(&rotate.name());
                 Ok(Decoded::Nothing)
             }
+            Some(EventData::AnonymousGtidEvent(_)) => {
+                self.group.start(Ending::Commits);
+                Ok(Decoded::Nothing)
+            }
             Some(EventData::GtidEvent(gtid)) => {
                 self.group.start(Ending::Commits);
-                self.gtid.set_mysql(gtid.sid(), gtid.gno());
+                self.gtid.set_mysql(gtid.sid(), gtid.tag().map_or("", |tag| tag.as_str()), gtid.gno());
                 Ok(Decoded::Nothing)
             }
             Some(EventData::QueryEvent(query)) => self.handle_query(&query.query(), pos),
-            Some(EventData::TableMapEvent(tme)) => Ok(self.handle_table_map(tme)),
+            Some(EventData::TableMapEvent(tme)) => self.handle_table_map(tme, pos),
             Some(EventData::RowsEvent(rows)) => self.handle_rows(&rows, pos),
             Some(EventData::XidEvent(_)) => Ok(self.commit(pos)),
             Some(EventData::XaPrepareLogEvent(body)) => {
@@ -183,6 +230,9 @@ impl Decoder {
                     None if gtid.transactional => Ending::Commits,
                     None => Ending::MayRollBack,
                 });
+                if !gtid.standalone {
+                    self.group.begin();
+                }
                 self.gtid.set_mariadb(gtid.gtid);
                 Ok(Decoded::Nothing)
             }
@@ -197,7 +247,7 @@ impl Decoder {
         let statement = Statement::parse(query).map_err(|e| self.malformed(pos, e))?;
         Ok(match statement {
             Statement::Begin => {
-                self.group.restart();
+                self.group.begin();
                 Decoded::Nothing
             }
             Statement::Commit | Statement::Xa(XaStatement::Commit { one_phase: true, .. }) => self.commit(pos),
@@ -238,38 +288,63 @@ impl Decoder {
         })
     }
 
-    fn handle_table_map(&mut self, tme: TableMapEvent<'_>) -> Decoded {
+    fn handle_table_map(&mut self, tme: TableMapEvent<'_>, pos: u64) -> Result<Decoded, DecodeError> {
         let table_id = tme.table_id();
         let is_outbox = tme.database_name() == self.schema.as_str() && tme.table_name() == self.table.as_str();
         if !is_outbox {
             self.outbox_maps.remove(&table_id);
-            return Decoded::Nothing;
+            return Ok(Decoded::Nothing);
         }
-        let count = usize::try_from(tme.columns_count()).unwrap_or(usize::MAX);
-        if self.columns.is_none_or(|c| c.count != count) {
-            return Decoded::NeedColumns;
+        let columns = match columns::names_in(&tme).map_err(|e| self.malformed(pos, e))? {
+            Some(names) => ColumnMap::from_names(&self.qualified(), &names)
+                .map_err(|source| DecodeError::Columns { file: self.file.clone(), pos, source })?,
+            None => match self.current_columns(&tme, pos)? {
+                Some(columns) => columns,
+                None => return Ok(Decoded::NeedColumns),
+            },
+        };
+        self.outbox_maps.insert(table_id, OutboxMap { table_map: tme.into_owned(), columns });
+        Ok(Decoded::Nothing)
+    }
+
+    /// The current column map if it fits a TABLE_MAP without names; `None` to have it
+    /// reloaded; an error when a map just reloaded still does not fit.
+    fn current_columns(&mut self, tme: &TableMapEvent<'_>, pos: u64) -> Result<Option<ColumnMap>, DecodeError> {
+        let written = usize::try_from(tme.columns_count()).unwrap_or(usize::MAX);
+        match self.columns {
+            Some(columns) if columns.count == written => {
+                self.columns_fresh = false;
+                Ok(Some(columns))
+            }
+            Some(columns) if self.columns_fresh => Err(DecodeError::ColumnCountChanged {
+                file: self.file.clone(),
+                pos,
+                table: self.qualified(),
+                written,
+                now: columns.count,
+            }),
+            _ => Ok(None),
         }
-        self.outbox_maps.insert(table_id, tme.into_owned());
-        Decoded::Nothing
     }
 
     fn handle_rows(&mut self, rows: &RowsEventData<'_>, pos: u64) -> Result<Decoded, DecodeError> {
-        let Some(tme) = self.outbox_maps.get(&rows.table_id()) else {
-            return Ok(Decoded::Nothing);
-        };
         let is_insert = matches!(rows, RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_));
-        let Some(columns) = self.columns.filter(|_| is_insert) else {
+        let Some(outbox) = self.outbox_maps.get(&rows.table_id()).filter(|_| is_insert) else {
             return Ok(Decoded::Nothing);
         };
         let mut decoded = Vec::new();
-        for row in rows.rows(tme) {
+        for row in rows.rows(&outbox.table_map) {
             let (_, after) = row.map_err(|e| self.malformed(pos, e))?;
             if let Some(after) = after {
-                decoded.push(self.to_event(after, &columns, pos)?);
+                decoded.push(self.to_event(after, &outbox.columns, pos)?);
             }
         }
         self.group.push(decoded);
         Ok(self.after_rows(pos))
+    }
+
+    fn qualified(&self) -> String {
+        format!("{}.{}", self.schema, self.table)
     }
 
     /// Keeps what is held within the limit, and hands on a part once enough rows
@@ -320,7 +395,6 @@ impl Decoder {
     /// A group ended at `pos`: hands on `events` as a transaction ending there, or at
     /// the oldest undecided prepare's start while one waits.
     fn end_group(&mut self, pos: u64, events: Vec<OutboxEvent>) -> Decoded {
-        let pos = if pos == 0 { self.payload_end } else { pos };
         let end = BinlogPosition {
             file: self.file.clone(),
             pos,
@@ -359,9 +433,14 @@ impl Decoder {
             local_millis(&value)
         });
         // The payload is the big value: taken, not copied.
-        let payload = match convert(row.take(columns.payload).ok_or_else(|| missing("payload"))?, "payload")? {
-            Value::Bytes(bytes) => Bytes::from(bytes),
-            other => return Err(self.bad_row(pos, "payload", &format!("not text or JSON: {other:?}"))),
+        let payload = match row.take(columns.payload).ok_or_else(|| missing("payload"))? {
+            BinlogValue::Jsonb(value) => {
+                Bytes::from(json::to_text(&value).map_err(|e| self.bad_row(pos, "payload", &e.to_string()))?)
+            }
+            other => match convert(other, "payload")? {
+                Value::Bytes(bytes) => Bytes::from(bytes),
+                other => return Err(self.bad_row(pos, "payload", &format!("not text or JSON: {other:?}"))),
+            },
         };
         Ok(OutboxEvent { id, event_id, biz_key, topic, payload, created_local_ms })
     }
@@ -381,10 +460,11 @@ mod tests {
     //! (`../shared/fixtures/mysql-binlogs`, read-only test data beside the project,
     //! and this project's own `tests/fixtures/binlog`).
 
-    use std::io::BufReader;
+    use std::fs::File;
+    use std::io::{self, BufReader, Cursor};
 
-    use mysql_common::binlog::consts::BinlogVersion;
-    use mysql_common::binlog::BinlogFile;
+    use mysql_common::binlog::consts::{BinlogVersion, EventType};
+    use mysql_common::binlog::{BinlogFileHeader, EventStreamReader};
 
     use super::*;
     use crate::source::Origin;
@@ -400,15 +480,55 @@ mod tests {
         format!("{}/tests/fixtures/binlog/{name}", env!("CARGO_MANIFEST_DIR"))
     }
 
-    fn fixture(path: &str) -> BinlogFile<BufReader<std::fs::File>> {
-        let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("fixture {path}: {e}"));
-        BinlogFile::new(BinlogVersion::Version4, BufReader::new(file)).expect("binlog file header")
+    /// The events of a binlog file as the relay's binlog stream yields them: a
+    /// compressed transaction (TRANSACTION_PAYLOAD) is followed by the events inside
+    /// it, read the way mysql_async's stream reads them.
+    struct FixtureEvents {
+        reader: EventStreamReader,
+        input: BufReader<File>,
+        payload: Option<Cursor<Vec<u8>>>,
+    }
+
+    impl Iterator for FixtureEvents {
+        type Item = io::Result<Event>;
+
+        fn next(&mut self) -> Option<Self::Item> {
+            if let Some(payload) = self.payload.as_mut() {
+                match self.reader.read_decompressed(payload).transpose() {
+                    Some(event) => return Some(event),
+                    None => self.payload = None,
+                }
+            }
+            let event = match self.reader.read(&mut self.input).transpose()? {
+                Ok(event) => event,
+                Err(error) => return Some(Err(error)),
+            };
+            if event.header().event_type_raw() == EventType::TRANSACTION_PAYLOAD_EVENT as u8 {
+                if let Ok(payload) = event.read_event::<TransactionPayloadEvent<'_>>() {
+                    self.payload = Some(Cursor::new(payload.danger_decompress()));
+                }
+            }
+            Some(Ok(event))
+        }
+    }
+
+    fn fixture(path: &str) -> FixtureEvents {
+        let mut input = BufReader::new(File::open(path).unwrap_or_else(|e| panic!("fixture {path}: {e}")));
+        BinlogFileHeader::read(&mut input).expect("binlog file header");
+        FixtureEvents { reader: EventStreamReader::new(BinlogVersion::Version4), input, payload: None }
     }
 
     /// A decoder for `schema`.`table` starting at the beginning of binlog `file`.
     fn decoder(schema: &str, table: &str, file: &str, hold_limit: usize) -> Decoder {
         let start = BinlogPosition { file: file.to_owned(), pos: 4, gtid: None, commit_time: None };
         Decoder::new(schema, table, &start, hold_limit)
+    }
+
+    /// As [`decoder`], for a MySQL server that had executed the GTID set `gtid` before
+    /// the file began.
+    fn decoder_after(schema: &str, table: &str, gtid: &str) -> Decoder {
+        let start = BinlogPosition { file: "binlog.000001".into(), pos: 4, gtid: Some(gtid.into()), commit_time: None };
+        Decoder::new(schema, table, &start, NO_PARTS)
     }
 
     /// Feeds every event of the file at `path` to `decoder`, answering `NeedColumns`
@@ -420,16 +540,34 @@ mod tests {
 
     /// As [`decode_all`], for the events from position `from` on (a stream resumed there).
     fn decode_from(path: &str, from: u64, decoder: &mut Decoder, columns: Option<ColumnMap>) -> Vec<SourceTx> {
+        try_decode_from(path, from, decoder, columns).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// As [`decode_from`], stopping at the first error as the reader does: an event
+    /// that cannot be read, or one the decoder refuses.
+    fn try_decode_from(
+        path: &str,
+        from: u64,
+        decoder: &mut Decoder,
+        columns: Option<ColumnMap>,
+    ) -> Result<Vec<SourceTx>, DecodeError> {
         let mut handed_on = Vec::new();
+        // Events inside a compressed transaction have no position: they are at the
+        // position of the payload event before them.
+        let mut at = 0;
         for event in fixture(path) {
-            let event = event.expect("readable event");
-            if u64::from(event.header().log_pos()) <= from {
+            let event = event.map_err(|e| decoder.unreadable(e))?;
+            at = match event.header().log_pos() {
+                0 => at,
+                pos => u64::from(pos),
+            };
+            if at <= from {
                 continue;
             }
-            let mut decoded = decoder.handle(&event).expect("decodable event");
+            let mut decoded = decoder.handle(&event)?;
             if decoded == Decoded::NeedColumns {
                 decoder.set_columns(columns.expect("a column map for the table"));
-                decoded = decoder.handle(&event).expect("decodable event");
+                decoded = decoder.handle(&event)?;
             }
             match decoded {
                 Decoded::Commit(tx) => handed_on.push(tx),
@@ -438,7 +576,7 @@ mod tests {
                 Decoded::Nothing | Decoded::Heartbeat => {}
             }
         }
-        handed_on
+        Ok(handed_on)
     }
 
     /// The event ids of each transaction (or part) with rows, and where it ends
@@ -523,90 +661,289 @@ mod tests {
         assert_eq!(summary(&handed_on), expected);
     }
 
+    /// `tests/fixtures/binlog/mariadb-10.11-alter-full-metadata.000001`: rows of
+    /// `app.alter_fixture_outbox` written with `binlog_row_metadata = FULL` around two
+    /// ALTERs, by the script beside it: a column added before `payload`, then that
+    /// column dropped and another added after `id` (same count, every column moved).
+    const ALTER_FIXTURE: &str = "mariadb-10.11-alter-full-metadata.000001";
+
     #[test]
-    fn mariadb_outbox_inserts_decode_with_gtids_and_commit_positions() {
-        // toddy_test.outbox(id INT, name VARCHAR, n INT, payload JSON, created TIMESTAMP):
-        // map every text field to the VARCHAR column and the payload to the JSON one.
-        let mut decoder = decoder("toddy_test", "outbox", "mariadb-bin.000001", NO_PARTS);
-        let columns = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 3, created_at: None, count: 5 };
-        let commits: Vec<SourceTx> = decode_all(&shared("mariadb-bin.000001"), &mut decoder, Some(columns))
-            .into_iter()
-            .filter(|tx| !tx.events.is_empty())
+    fn with_full_row_metadata_rows_map_by_the_names_they_were_written_with() {
+        // No column map from information_schema at all: the TABLE_MAPs name their columns.
+        let mut decoder = decoder("app", "alter_fixture_outbox", "mariadb-bin.000001", NO_PARTS);
+        let events: Vec<OutboxEvent> =
+            decode_all(&own(ALTER_FIXTURE), &mut decoder, None).into_iter().flat_map(|tx| tx.events).collect();
+        let fields: Vec<(&str, &str, &str, &str, Option<i64>)> = events
+            .iter()
+            .map(|e| {
+                let payload = std::str::from_utf8(&e.payload).unwrap_or("not UTF-8");
+                (e.event_id.as_str(), e.biz_key.as_str(), e.topic.as_str(), payload, e.created_local_ms)
+            })
             .collect();
-        let summary: Vec<(u64, &str, u64, Option<&str>)> = commits
+        // 2026-12-01 10:00:00 UTC is 1_796_119_200 s after the epoch.
+        assert_eq!(
+            fields,
+            [
+                ("before-1", "order-1", "orders", r#"{"n": 1}"#, Some(1_796_119_200_125)),
+                ("before-2", "order-2", "orders", r#"{"n": 2}"#, Some(1_796_119_200_250)),
+                ("after-1", "order-1", "orders", r#"{"n": 3}"#, Some(1_796_119_201_500)),
+                ("moved-1", "order-3", "payments", r#"{"n": 4}"#, Some(1_796_119_202_750)),
+            ]
+        );
+        assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn without_column_names_a_changed_column_count_is_refused_not_guessed() {
+        // The table "now" has a sixth column the rows were not written with.
+        let now = ColumnMap { count: 6, ..XA_COLUMNS };
+        let mut decoder = decoder("app", "xa_fixture_outbox", "mariadb-bin.000003", NO_PARTS);
+        decoder.set_columns(now);
+        let error = try_decode_from(&own(XA_FIXTURE), 0, &mut decoder, Some(now)).expect_err("refused");
+        let DecodeError::ColumnCountChanged { ref file, pos, written, now, .. } = error else {
+            panic!("not a column count refusal: {error}")
+        };
+        assert_eq!((file.as_str(), written, now), ("mariadb-bin.000003", 5, 6));
+        assert!(pos > 4, "names where: {error}");
+        let text = error.to_string();
+        for needed in ["app.xa_fixture_outbox", "binlog_row_metadata = FULL", "position set", "nothing is lost"] {
+            assert!(text.contains(needed), "{needed} missing from: {text}");
+        }
+    }
+
+    /// Each transaction handed on: where it ends and its GTID position after it.
+    fn ends(handed_on: &[SourceTx]) -> Vec<(u64, Option<&str>)> {
+        handed_on
+            .iter()
+            .filter_map(SourceTx::end)
+            .map(|end| (end.pos, end.gtid.as_deref()))
+            .collect()
+    }
+
+    /// The JSON text the relay publishes for each JSON value in the inserted rows of
+    /// a file whose rows cannot be outbox rows (no text key columns): the payload
+    /// conversion of the decoder applied to every column.
+    fn json_payloads(path: &str) -> Vec<String> {
+        let mut events = fixture(path);
+        let mut texts = Vec::new();
+        while let Some(event) = events.next() {
+            let event = event.expect("readable event");
+            let Ok(Some(EventData::RowsEvent(rows))) = event.read_data() else { continue };
+            let table_map = events.reader.get_tme(rows.table_id()).expect("a TABLE_MAP before its rows");
+            for row in rows.rows(table_map) {
+                let (_, after) = row.expect("decodable row");
+                let Some(mut after) = after.filter(|_| matches!(rows, RowsEventData::WriteRowsEvent(_))) else {
+                    continue;
+                };
+                for index in 0..after.len() {
+                    if let Some(BinlogValue::Jsonb(value)) = after.take(index) {
+                        texts.push(json::to_text(&value).expect("JSON text"));
+                    }
+                }
+            }
+        }
+        texts
+    }
+
+    #[test]
+    fn mysql_binary_json_becomes_the_text_mysql_prints_and_json_updates_publish_nothing() {
+        // mysql.t(id INT, json_col JSON, name VARCHAR AS (json_col->>'$.name'), age INT
+        // AS (json_col->'$.age')), without column names: the map says which is which.
+        let columns =
+            ColumnMap { id: 0, event_id: 2, biz_key: 2, topic: 2, payload: 1, created_at: None, count: 4 };
+        let mut decoder = decoder("mysql", "t", "json.binlog.000001", NO_PARTS);
+        let handed_on = decode_all(&shared("json.binlog.000001"), &mut decoder, Some(columns));
+        let joe = r#"{"age": 24, "data": "xxxxxxxxxx", "name": "Joe"}"#;
+        let sue = r#"{"age": 32, "data": "yyyyyyyyyy", "name": "Sue"}"#;
+        let pete = r#"{"age": 40, "data": "zzzzzzzzzz", "name": "Pete"}"#;
+        let rows: Vec<Vec<(u64, &str, &str)>> = handed_on
             .iter()
             .map(|tx| {
-                (
-                    tx.events[0].id,
-                    std::str::from_utf8(&tx.events[0].payload).unwrap_or("?"),
-                    tx.end().expect("a binlog transaction").pos,
-                    tx.end().expect("a binlog transaction").gtid.as_deref(),
-                )
+                tx.events
+                    .iter()
+                    .map(|e| (e.id, e.event_id.as_str(), std::str::from_utf8(&e.payload).unwrap_or("not UTF-8")))
+                    .collect()
             })
             .collect();
-        assert_eq!(summary, [(62, r#"{"foo":1}"#, 702, Some("0-1-1")), (63, r#"{"foo":1}"#, 1074, Some("0-1-2"))]);
-        assert!(commits
-            .iter()
-            .all(|tx| tx.end().expect("a binlog transaction").file == "mariadb-bin.000001" && tx.events.len() == 1));
+        assert_eq!(
+            rows,
+            [
+                vec![],
+                vec![],
+                vec![(1, "Joe", joe)],
+                vec![(2, "Sue", sue)],
+                vec![(3, "Pete", pete)],
+                vec![(4, "Joe", joe), (5, "Sue", sue), (6, "Pete", pete)],
+                // An UPDATE, then a partial JSON update (PARTIAL_UPDATE_ROWS): not events.
+                vec![],
+                vec![],
+            ]
+        );
+        let positions: Vec<u64> = ends(&handed_on).into_iter().map(|(pos, _)| pos).collect();
+        assert_eq!(positions, [491, 845, 1195, 1545, 1897, 2389, 3527, 4011]);
     }
 
     #[test]
-    fn other_tables_are_skipped_and_their_transactions_still_advance_the_position() {
-        let mut decoder = decoder("toddy_test", "not_the_outbox", "mariadb-bin.000001", NO_PARTS);
-        let commits = decode_all(&shared("mariadb-bin.000001"), &mut decoder, None);
-        assert!(commits.iter().all(|tx| tx.events.is_empty()), "rows of another table became events");
-        assert_eq!(commits.iter().map(|tx| tx.end().expect("a binlog transaction").pos).max(), Some(1074));
+    fn mysql_only_json_values_print_as_mysql_prints_them() {
+        // foo.test(a JSON): opaque values (a VARCHAR, temporal types, decimals) inside JSON.
+        assert_eq!(
+            json_payloads(&shared("json-opaque.binlog")),
+            [
+                r#"{"a": "base64:type15:VQ=="}"#,
+                r#"{"b": "2012-03-18"}"#,
+                r#"{"c": "2012-03-18 11:30:45.000000"}"#,
+                r#"{"c": "87:31:46.654321"}"#,
+                r#"{"d": 123.456}"#,
+                r#"{"e": 9.00}"#,
+                r#"{"e": [0, 1, true, false]}"#,
+                r#"{"e": null}"#,
+            ]
+        );
     }
 
     #[test]
-    fn mysql_binary_json_is_published_as_json_text() {
-        // mysql.t(id INT, json_col JSON, name VARCHAR AS (...), age INT AS (...)).
-        let mut decoder = decoder("mysql", "t", "json.binlog.000001", NO_PARTS);
-        let columns = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 1, created_at: None, count: 4 };
-        let events: Vec<OutboxEvent> = decode_all(&shared("json.binlog.000001"), &mut decoder, Some(columns))
-            .into_iter()
-            .flat_map(|tx| tx.events)
-            .collect();
-        assert!(!events.is_empty(), "the fixture's INSERTs were not decoded");
-        let parsed: Vec<serde_json::Value> = events
-            .iter()
-            .map(|event| {
-                serde_json::from_slice(&event.payload)
-                    .unwrap_or_else(|e| panic!("row {}: not JSON text ({e})", event.id))
-            })
-            .collect();
-        assert!(parsed.iter().any(|v| v.get("name").is_some()), "binary JSON objects decoded: {parsed:?}");
+    fn rows_inside_compressed_mysql_transactions_decode_field_by_field() {
+        // a.test_table_3 (20 columns, no names) gets row 6666 in the second compressed
+        // transaction; map the outbox fields onto some of its columns.
+        let columns =
+            ColumnMap { id: 0, event_id: 1, biz_key: 4, topic: 10, payload: 9, created_at: Some(2), count: 20 };
+        let mut test_table = decoder_after("a", "test_table_3", "76f3e7be-6720-11ed-9cad-0242ac110002:1-10");
+        let handed_on = decode_all(&shared("mysql-8.0.31-compressed.000057"), &mut test_table, Some(columns));
+        assert_eq!(
+            ends(&handed_on),
+            [
+                (378, Some("76f3e7be-6720-11ed-9cad-0242ac110002:1-11")),
+                (651, Some("76f3e7be-6720-11ed-9cad-0242ac110002:1-12")),
+                (1283, Some("76f3e7be-6720-11ed-9cad-0242ac110002:1-13")),
+            ],
+            "a compressed transaction ends where its payload event ends"
+        );
+        let events: Vec<&OutboxEvent> = handed_on.iter().flat_map(|tx| &tx.events).collect();
+        let [event] = events.as_slice() else { panic!("one inserted row: {events:?}") };
+        assert_eq!(
+            (event.id, event.event_id.as_str(), event.biz_key.as_str(), event.topic.as_str(), &event.payload[..]),
+            (6666, "product_item_value_2", "description_1", "product_item_2_value", &br#"{"c": 1}"#[..])
+        );
+        // 2022-11-20 (a DATE column) as midnight UTC.
+        assert_eq!(event.created_local_ms, Some(1_668_902_400_000));
+
+        // MySQL 8.0.32's compressed transaction: test.tb1 (one INT column) gets the row
+        // (1). Read through as another table's; as the outbox, its value reaches the
+        // row decoding, at the payload's position, and an integer is no event id.
+        let mut compressed = decoder("test", "none", "binlog.000001", NO_PARTS);
+        let handed_on = decode_all(&shared("transaction_compression.000001"), &mut compressed, None);
+        assert_eq!(ends(&handed_on), [(431, None)]);
+        let one_int = ColumnMap { id: 0, event_id: 0, biz_key: 0, topic: 0, payload: 0, created_at: None, count: 1 };
+        let mut as_outbox = decoder("test", "tb1", "binlog.000001", NO_PARTS);
+        let error = try_decode_from(&shared("transaction_compression.000001"), 0, &mut as_outbox, Some(one_int))
+            .expect_err("an integer is no event id");
+        assert_eq!(
+            error,
+            DecodeError::BadRow {
+                file: "binlog.000001".into(),
+                pos: 431,
+                column: "event_id",
+                detail: "not a string: Int(1)".into()
+            }
+        );
     }
 
     #[test]
     fn mysql_gtids_grow_the_executed_set_transaction_by_transaction() {
-        // Started where the server had executed transactions of another source.
-        let start = BinlogPosition {
-            file: "binlog.000001".into(),
-            pos: 4,
-            gtid: Some("00000000-0000-0000-0000-000000000001:1-5".into()),
-            commit_time: None,
-        };
-        let mut decoder = Decoder::new("test", "none", &start, NO_PARTS);
-        let commits = decode_all(&shared("binlog_transaction_with_GTID.000001"), &mut decoder, None);
-        let gtids: Vec<String> = commits.iter().filter_map(|tx| tx.end().and_then(|end| end.gtid.clone())).collect();
+        // MySQL 5.6: a DDL, an INSERT ended by a COMMIT query (no XID), a DROP.
+        let mut decoder = decoder_after("test", "none", "00000000-0000-0000-0000-000000000001:1-5");
+        let handed_on = decode_all(&shared("binlog_transaction_with_GTID.000001"), &mut decoder, None);
         assert_eq!(
-            gtids.last().map(String::as_str),
-            Some("00000000-0000-0000-0000-000000000001:1-5,006c2cf2-b1ea-11e4-9057-8c705a3d3e78:1-3"),
-            "{gtids:?}"
+            ends(&handed_on),
+            [
+                (297, Some("00000000-0000-0000-0000-000000000001:1-5,006c2cf2-b1ea-11e4-9057-8c705a3d3e78:1")),
+                (603, Some("00000000-0000-0000-0000-000000000001:1-5,006c2cf2-b1ea-11e4-9057-8c705a3d3e78:1-2")),
+                (766, Some("00000000-0000-0000-0000-000000000001:1-5,006c2cf2-b1ea-11e4-9057-8c705a3d3e78:1-3")),
+            ]
         );
-        let sets: Vec<GtidState> = gtids.iter().map(|g| GtidState::parse(g)).collect();
-        assert!(sets.windows(2).all(|w| w[1].covers(&w[0])), "each set includes the one before: {gtids:?}");
     }
 
     #[test]
-    fn a_compressed_mysql_transaction_payload_is_accepted_not_skipped() {
-        // The live stream decompresses TRANSACTION_PAYLOAD and yields its events; the
-        // decoder checks the payload parses (mysql_async drops one it cannot parse).
+    fn tagged_mysql_gtids_give_positions_with_their_tag() {
+        // MySQL 9.6: one transaction tagged `mytag` after `uuid:1-13:mytag:1-2`.
+        let mut decoder = decoder_after("test", "none", "55778904-0299-11f1-b1b8-4ef0c4956feb:1-13:mytag:1-2");
+        let handed_on = decode_all(&shared("binlog_transaction_with_GTID_TAG.000001"), &mut decoder, None);
+        assert_eq!(ends(&handed_on), [(541, Some("55778904-0299-11f1-b1b8-4ef0c4956feb:1-13:mytag:1-3"))]);
+    }
+
+    #[test]
+    fn anonymous_gtids_give_positions_without_a_gtid() {
         let mut decoder = decoder("test", "none", "binlog.000001", NO_PARTS);
-        for event in fixture(&shared("transaction_compression.000001")) {
-            let event = event.expect("readable event");
-            decoder.handle(&event).expect("a compressed transaction is decodable");
+        let handed_on = decode_all(&shared("binlog_transaction_with_anonymous_GTID.000001"), &mut decoder, None);
+        assert_eq!(ends(&handed_on), [(316, None), (590, None)]);
+    }
+
+    #[test]
+    fn ndb_row_events_of_other_tables_and_partial_column_updates_are_read_through() {
+        for (file, end) in [("write-full-row.binlog", 527), ("update-partial-row.binlog", 562)] {
+            let mut decoder = decoder("test", "none", "binlog.000001", NO_PARTS);
+            let handed_on = decode_all(&shared(file), &mut decoder, None);
+            assert_eq!(ends(&handed_on).last(), Some(&(end, None)), "{file}");
+            assert!(handed_on.iter().all(|tx| tx.events.is_empty()), "{file}: rows of another table");
         }
+        // The same rows as the outbox's: integer columns where text is needed are refused.
+        let columns = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 2, created_at: None, count: 3 };
+        let mut decoder = decoder("test", "ba", "binlog.000001", NO_PARTS);
+        let error = try_decode_from(&shared("write-full-row.binlog"), 0, &mut decoder, Some(columns))
+            .expect_err("integers are not event ids");
+        assert!(
+            matches!(&error, DecodeError::BadRow { column: "event_id", pos, .. } if *pos > 4 && *pos <= 527),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn mariadb_full_row_metadata_names_the_columns_and_a_table_without_outbox_columns_is_refused() {
+        let mut first_map = None;
+        for event in fixture(&shared("mariadb-bin.000001")) {
+            if let Ok(Some(EventData::TableMapEvent(table_map))) = event.expect("readable event").read_data() {
+                first_map.get_or_insert(columns::names_in(&table_map).expect("readable metadata"));
+            }
+        }
+        let names = ["id", "topic", "event_type", "event", "created"].map(String::from);
+        assert_eq!(first_map, Some(Some(names.to_vec())), "toddy_test.outbox as MariaDB 10.5 names it");
+
+        let mut outbox = decoder("toddy_test", "outbox", "mariadb-bin.000001", NO_PARTS);
+        let error = try_decode_from(&shared("mariadb-bin.000001"), 0, &mut outbox, None).expect_err("no event_id");
+        let DecodeError::Columns { ref file, pos, source: ColumnError::Missing { column, .. } } = error else {
+            panic!("not a missing column: {error}")
+        };
+        assert_eq!((file.as_str(), column), ("mariadb-bin.000001", "event_id"));
+        assert!(pos > 4 && pos < 702, "the first TABLE_MAP, in the first transaction: {error}");
+
+        // Another table's rows are read through, with MariaDB GTIDs and commit positions.
+        let mut other_table = decoder("toddy_test", "not_the_outbox", "mariadb-bin.000001", NO_PARTS);
+        let handed_on = decode_all(&shared("mariadb-bin.000001"), &mut other_table, None);
+        let with_gtid: Vec<(u64, Option<&str>)> = ends(&handed_on).into_iter().filter(|(_, g)| g.is_some()).collect();
+        assert_eq!(with_gtid.last(), Some(&(1074, Some("0-1-2"))));
+        assert!(with_gtid.contains(&(702, Some("0-1-1"))), "{with_gtid:?}");
+    }
+
+    #[test]
+    fn a_truncated_file_is_an_error_naming_where_the_unreadable_event_starts() {
+        // The file header and 10 bytes of the first event's 19-byte header.
+        let mut decoder = decoder("test", "none", "binlog_truncated_event.000001", NO_PARTS);
+        let error = try_decode_from(&shared("binlog_truncated_event.000001"), 0, &mut decoder, None)
+            .expect_err("a cut event is never skipped");
+        let DecodeError::Unreadable { ref file, pos, .. } = error else { panic!("not unreadable: {error}") };
+        assert_eq!((file.as_str(), pos), ("binlog_truncated_event.000001", 4));
+        assert!(error.to_string().contains("binlog_truncated_event.000001:4"), "{error}");
+    }
+
+    #[test]
+    fn a_corrupt_event_is_an_error_naming_its_position_never_a_skip() {
+        // A MySQL 5.0 relay log: a QUERY event whose body holds parts of other events.
+        // Positions in a relay log are those of the source's binlog, as the relay
+        // addresses them: the bad event ends at the source's position 199.
+        let mut decoder = decoder("test", "none", "corrupt-relay-bin.000624", NO_PARTS);
+        let error = try_decode_from(&shared("corrupt-relay-bin.000624"), 0, &mut decoder, None)
+            .expect_err("a corrupt event is never skipped");
+        let DecodeError::Malformed { pos, .. } = error else { panic!("not malformed: {error}") };
+        assert_eq!(pos, 199, "{error}");
     }
 }

@@ -59,6 +59,8 @@ pub struct OpenGroup {
     /// In the order they were set; each one's `rows` is at least the one before's.
     savepoints: Vec<Savepoint>,
     spilled: bool,
+    /// Opened by `BEGIN`: a statement inside it (statement-logged DML) is part of it.
+    begun: bool,
 }
 
 impl OpenGroup {
@@ -68,10 +70,13 @@ impl OpenGroup {
         *self = Self { ending, ..Self::default() };
     }
 
-    /// `BEGIN`: a new group that keeps the ending its GTID event announced.
-    pub fn restart(&mut self) {
+    /// `BEGIN` (or a MariaDB GTID event that opens a transaction): a new group that
+    /// keeps the ending its GTID event announced, and ends only at its commit or
+    /// rollback.
+    pub fn begin(&mut self) {
         let ending = std::mem::take(&mut self.ending);
         self.start(ending);
+        self.begun = true;
     }
 
     pub fn push(&mut self, events: Vec<OutboxEvent>) {
@@ -85,10 +90,14 @@ impl OpenGroup {
         self.events.len()
     }
 
-    /// Between groups, or in a group that has nothing of the outbox yet: a Query
-    /// event here is a statement of its own (DDL), not part of a transaction.
+    /// Between groups (no `BEGIN` read) with nothing held: a Query event here is a
+    /// statement of its own (DDL), not part of a transaction.
     pub fn is_idle(&self) -> bool {
-        self.events.is_empty() && self.savepoints.is_empty() && !self.spilled && !matches!(self.ending, Ending::Xa(_))
+        !self.begun
+            && self.events.is_empty()
+            && self.savepoints.is_empty()
+            && !self.spilled
+            && !matches!(self.ending, Ending::Xa(_))
     }
 
     /// Rows that can no longer be undone by anything later in the group.

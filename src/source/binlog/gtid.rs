@@ -3,31 +3,38 @@
 //! MariaDB: one `domain-server-seq` per replication domain, the format of
 //! `@@gtid_binlog_pos` and `@slave_connect_state`. MySQL: the executed GTID set
 //! (`uuid:1-100:105,uuid2:1-7`, the format of `@@gtid_executed`), grown by each
-//! transaction's GTID, which `COM_BINLOG_DUMP_GTID` resumes from. Either way the
+//! transaction's GTID, which `COM_BINLOG_DUMP_GTID` resumes from. MySQL 8.4 adds
+//! tagged GTIDs (`uuid:tag:7`): a tag names a sequence of its own beside the
+//! untagged one of the same uuid, written after it (`uuid:1-5:batch:1-3`). Either way the
 //! position means the same on every server of the replication topology, so the relay
 //! can resume on another replica or the primary.
 
 use std::collections::BTreeMap;
 
 use mysql_async::{GnoInterval, Sid};
+use mysql_common::packets::Tag;
 
 use super::mariadb::MariaGtid;
 
 /// A MySQL server uuid.
 type Uuid = [u8; 16];
 
+/// A MySQL transaction source: a uuid and a tag, empty when untagged.
+type Tsid = (Uuid, String);
+
 /// GTID state as transactions are read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GtidState {
     mariadb: BTreeMap<u32, (u32, u64)>,
-    /// Per source uuid, the executed transaction numbers as sorted, disjoint,
-    /// half-open intervals `[start, end)`.
-    mysql: BTreeMap<Uuid, Vec<(u64, u64)>>,
+    /// Per transaction source, the executed transaction numbers as sorted,
+    /// disjoint, half-open intervals `[start, end)`.
+    mysql: BTreeMap<Tsid, Vec<(u64, u64)>>,
 }
 
 impl GtidState {
     /// Parses a MariaDB GTID list (`0-1-100,1-2-7`) or a MySQL GTID set
-    /// (`uuid:1-5:7,uuid:1-3`); what it cannot read is left out; empty gives the empty state.
+    /// (`uuid:1-5:7:tag:1-3,uuid:1-3`); what it cannot read is left out; empty gives
+    /// the empty state.
     pub fn parse(text: &str) -> Self {
         let mut state = Self::default();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -44,17 +51,23 @@ impl GtidState {
         state
     }
 
-    /// One `uuid:interval[:interval...]` of a MySQL set (inclusive `a-b` or single `a`).
+    /// One `uuid:interval[:interval...][:tag:interval...]` of a MySQL set (inclusive
+    /// `a-b` or single `a`); a tag applies to the intervals after it.
     fn parse_mysql(&mut self, part: &str) {
-        let mut pieces = part.split(':');
-        let Some(uuid) = pieces.next().and_then(|u| uuid::Uuid::parse_str(u.trim()).ok()) else { return };
-        for interval in pieces {
-            let bounds: Option<(u64, u64)> = match interval.split_once('-') {
+        let mut pieces = part.split(':').map(str::trim);
+        let Some(uuid) = pieces.next().and_then(|u| uuid::Uuid::parse_str(u).ok()) else { return };
+        let mut tag = String::new();
+        for piece in pieces {
+            if piece.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+                tag = piece.to_ascii_lowercase();
+                continue;
+            }
+            let bounds: Option<(u64, u64)> = match piece.split_once('-') {
                 Some((a, b)) => a.trim().parse().ok().zip(b.trim().parse().ok()),
-                None => interval.trim().parse().ok().map(|a| (a, a)),
+                None => piece.parse().ok().map(|a| (a, a)),
             };
             if let Some((first, last)) = bounds.filter(|(a, b)| a <= b) {
-                self.add_mysql(*uuid.as_bytes(), first, last + 1);
+                self.add_mysql((*uuid.as_bytes(), tag.clone()), first, last + 1);
             }
         }
     }
@@ -63,19 +76,20 @@ impl GtidState {
         self.mariadb.insert(gtid.domain, (gtid.server, gtid.seq));
     }
 
-    /// Adds the MySQL transaction `sid:gno` to the executed set. Without a set to
-    /// start from (a position saved by file and number only) nothing is tracked: the
-    /// transactions seen since would make a set that claims the history before them
-    /// unexecuted, and a resume from it would send all of it again.
-    pub fn set_mysql(&mut self, sid: Uuid, gno: u64) {
+    /// Adds the MySQL transaction `sid:tag:gno` (`tag` empty when untagged) to the
+    /// executed set. Without a set to start from (a position saved by file and
+    /// number only) nothing is tracked: the transactions seen since would make a set
+    /// that claims the history before them unexecuted, and a resume from it would
+    /// send all of it again.
+    pub fn set_mysql(&mut self, sid: Uuid, tag: &str, gno: u64) {
         if self.is_mysql() {
-            self.add_mysql(sid, gno, gno + 1);
+            self.add_mysql((sid, tag.to_ascii_lowercase()), gno, gno + 1);
         }
     }
 
-    /// Adds `[start, end)` of `uuid`, merging touching and overlapping intervals.
-    fn add_mysql(&mut self, uuid: Uuid, start: u64, end: u64) {
-        let intervals = self.mysql.entry(uuid).or_default();
+    /// Adds `[start, end)` of `tsid`, merging touching and overlapping intervals.
+    fn add_mysql(&mut self, tsid: Tsid, start: u64, end: u64) {
+        let intervals = self.mysql.entry(tsid).or_default();
         intervals.push((start, end));
         intervals.sort_unstable();
         let mut merged: Vec<(u64, u64)> = Vec::with_capacity(intervals.len());
@@ -100,8 +114,8 @@ impl GtidState {
         }
         self.is_mysql()
             && other.mariadb.is_empty()
-            && other.mysql.iter().all(|(uuid, theirs)| {
-                let mine = self.mysql.get(uuid).map(Vec::as_slice).unwrap_or_default();
+            && other.mysql.iter().all(|(tsid, theirs)| {
+                let mine = self.mysql.get(tsid).map(Vec::as_slice).unwrap_or_default();
                 theirs.iter().all(|&(s, e)| mine.iter().any(|&(ms, me)| ms <= s && e <= me))
             })
     }
@@ -116,12 +130,19 @@ impl GtidState {
         !self.mysql.is_empty()
     }
 
-    /// The MySQL set as `COM_BINLOG_DUMP_GTID` takes it.
+    /// The MySQL set as `COM_BINLOG_DUMP_GTID` takes it. A tag read from a set or an
+    /// event always was a valid one; one that is not is left out, like any part of
+    /// a set that cannot be read.
     pub fn mysql_sids(&self) -> Vec<Sid<'static>> {
         self.mysql
             .iter()
-            .map(|(uuid, intervals)| {
-                Sid::new(*uuid).with_intervals(intervals.iter().map(|&(s, e)| GnoInterval::new(s, e)).collect())
+            .filter_map(|((uuid, tag), intervals)| {
+                let sid = Sid::new(*uuid)
+                    .with_intervals(intervals.iter().map(|&(s, e)| GnoInterval::new(s, e)).collect());
+                if tag.is_empty() {
+                    return Some(sid);
+                }
+                Tag::new(tag.clone()).ok().map(|tag| sid.with_tag(tag))
             })
             .collect()
     }
@@ -135,18 +156,24 @@ impl GtidState {
         if self.mysql.is_empty() {
             return None;
         }
-        let sets: Vec<String> = self
-            .mysql
-            .iter()
-            .map(|(uuid, intervals)| {
-                let ranges =
-                    intervals.iter().map(|&(s, e)| if e == s + 1 { s.to_string() } else { format!("{s}-{}", e - 1) });
-                std::iter::once(uuid::Uuid::from_bytes(*uuid).hyphenated().to_string())
-                    .chain(ranges)
-                    .collect::<Vec<_>>()
-                    .join(":")
-            })
-            .collect();
+        // Sorted by uuid, then tag (the untagged one first): one text per uuid.
+        let mut sets: Vec<String> = Vec::new();
+        let mut last_uuid = None;
+        for ((uuid, tag), intervals) in &self.mysql {
+            if last_uuid != Some(uuid) {
+                sets.push(uuid::Uuid::from_bytes(*uuid).hyphenated().to_string());
+                last_uuid = Some(uuid);
+            }
+            let text = sets.last_mut().expect("pushed above for a new uuid");
+            if !tag.is_empty() {
+                text.push(':');
+                text.push_str(tag);
+            }
+            for &(s, e) in intervals {
+                text.push(':');
+                text.push_str(&if e == s + 1 { s.to_string() } else { format!("{s}-{}", e - 1) });
+            }
+        }
         Some(sets.join(","))
     }
 }
@@ -179,12 +206,12 @@ mod tests {
     #[test]
     fn a_mysql_set_grows_by_each_transaction_and_renders_like_gtid_executed() {
         let mut unknown_start = GtidState::default();
-        unknown_start.set_mysql(SID, 6);
+        unknown_start.set_mysql(SID, "", 6);
         assert_eq!(unknown_start.render(), None, "no set to grow: nothing is claimed");
         let mut state =
             GtidState::parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:7,\n 00000000-0000-0000-0000-000000000001:1-3");
-        state.set_mysql(SID, 6);
-        state.set_mysql(SID, 8);
+        state.set_mysql(SID, "", 6);
+        state.set_mysql(SID, "", 8);
         assert_eq!(
             state.render().as_deref(),
             Some("00000000-0000-0000-0000-000000000001:1-3,3e11fa47-71ca-11e1-9e33-c80aa9429562:1-8")
@@ -205,5 +232,21 @@ mod tests {
         assert!(!executed.covers(&GtidState::parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-101")));
         assert!(!executed.covers(&GtidState::parse("00000000-0000-0000-0000-000000000001:1")));
         assert!(!executed.covers(&GtidState::parse("0-1-5")), "another family");
+    }
+
+    #[test]
+    fn tagged_gtids_are_sequences_of_their_own_written_after_the_untagged_one() {
+        let mut state = GtidState::parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:Batch:1-2");
+        state.set_mysql(SID, "batch", 3);
+        state.set_mysql(SID, "audit", 1);
+        state.set_mysql(SID, "", 6);
+        let text = "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-6:audit:1:batch:1-3";
+        assert_eq!(state.render().as_deref(), Some(text));
+        assert_eq!(GtidState::parse(text), state, "round trip");
+        assert!(state.covers(&GtidState::parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:batch:2")));
+        assert!(!state.covers(&GtidState::parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:other:1")));
+        let tags: Vec<Option<String>> =
+            state.mysql_sids().iter().map(|sid| sid.tag().map(|t| t.as_str().to_owned())).collect();
+        assert_eq!(tags, [None, Some("audit".to_owned()), Some("batch".to_owned())]);
     }
 }

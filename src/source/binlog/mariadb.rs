@@ -62,9 +62,13 @@ pub struct GtidEvent {
     pub transactional: bool,
     /// The group is an XA transaction's prepare: its rows wait for the decision.
     pub prepared_xa: Option<Xid>,
+    /// One statement without BEGIN and COMMIT (DDL); otherwise a transaction, which
+    /// ends at its XID, COMMIT or ROLLBACK.
+    pub standalone: bool,
 }
 
 /// GTID event flags (MariaDB's `Gtid_log_event`).
+const FL_STANDALONE: u8 = 0x01;
 const FL_GROUP_COMMIT_ID: u8 = 0x02;
 const FL_TRANSACTIONAL: u8 = 0x04;
 const FL_PREPARED_XA: u8 = 0x40;
@@ -85,7 +89,8 @@ pub fn parse_gtid(body: &[u8], server: u32) -> Option<GtidEvent> {
         None
     };
     let transactional = flags & FL_TRANSACTIONAL != 0;
-    Some(GtidEvent { gtid: MariaGtid { domain, server, seq }, transactional, prepared_xa })
+    let standalone = flags & FL_STANDALONE != 0;
+    Some(GtidEvent { gtid: MariaGtid { domain, server, seq }, transactional, prepared_xa, standalone })
 }
 
 /// The binlog file name from a ROTATE event. The first (fake) ROTATE of a stream can
@@ -110,7 +115,7 @@ mod tests {
         body.push(FL_TRANSACTIONAL | 0x01);
         let event = parse_gtid(&body, 9).expect("a GTID event");
         assert_eq!(event.gtid, MariaGtid { domain: 3, server: 9, seq: 17 });
-        assert!(event.transactional && event.prepared_xa.is_none());
+        assert!(event.transactional && event.standalone && event.prepared_xa.is_none());
         assert_eq!(parse_gtid(&body[..10], 9), None);
         body[12] = 0x08;
         assert!(!parse_gtid(&body, 9).expect("a GTID event").transactional, "a non-transactional table was touched");

@@ -27,6 +27,7 @@ mod columns;
 mod decode;
 mod group;
 mod gtid;
+mod json;
 mod mariadb;
 mod preflight;
 mod prepared;
@@ -40,7 +41,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
 use mysql_async::prelude::Queryable;
-use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, Opts, Pool};
+use mysql_async::{BinlogStream, BinlogStreamRequest, Pool};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -52,8 +53,8 @@ pub use standing::{bytes_after, expire_seconds, replication, Replication};
 
 use super::{BinlogPosition, Handoff, Origin, PipelineClosed, SourceTx};
 use crate::backoff::Backoff;
-use crate::config::DbUrl;
-use crate::db::DbError;
+use crate::config::{DbUrl, TlsConfig};
+use crate::db::{self, DbError};
 use crate::health::{Health, Part};
 use crate::leader::Term;
 use crate::metrics::RelayMetrics;
@@ -67,6 +68,7 @@ const POSITION_FLUSH: Duration = Duration::from_millis(200);
 #[derive(Debug, Clone)]
 pub struct ReaderSettings {
     pub url: DbUrl,
+    pub tls: TlsConfig,
     pub server_id: u32,
     pub heartbeat: Duration,
     pub schema: String,
@@ -272,7 +274,12 @@ impl Reader {
             let event = match tokio::time::timeout(dead_after, stream.next()).await {
                 Err(_) => return Err(Retry::Again(format!("no event or heartbeat for {dead_after:?}"))),
                 Ok(None) => return Err(Retry::Again("the server closed the binlog stream".into())),
-                Ok(Some(Err(e))) => return Err(self.stream_error(e)),
+                Ok(Some(Err(e))) => {
+                    return Err(match self.stream_error(e) {
+                        Retry::Again(detail) => Retry::Again(decoder.unreadable(detail).to_string()),
+                        other => other,
+                    })
+                }
                 Ok(Some(Ok(event))) => event,
             };
             if !streaming {
@@ -283,17 +290,9 @@ impl Reader {
             }
             let tx = match decoder.handle(&event)? {
                 Decoded::NeedColumns => {
+                    // A map just loaded that still does not fit is the decoder's error.
                     decoder.set_columns(self.load_columns().await?);
-                    match decoder.handle(&event)? {
-                        Decoded::NeedColumns => {
-                            return Err(Retry::Operator(format!(
-                                "the outbox table's column count changed again while reading {}:{}",
-                                position.file,
-                                event.header().log_pos()
-                            )))
-                        }
-                        other => other,
-                    }
+                    decoder.handle(&event)?
                 }
                 other => other,
             };
@@ -347,9 +346,7 @@ impl Reader {
     }
 
     async fn connect(&self, position: &BinlogPosition) -> Result<BinlogStream, Retry> {
-        let opts = Opts::from_url(self.settings.url.expose())
-            .map_err(|e| Retry::Operator(format!("source.url cannot be used: {e}")))?;
-        let mut conn = Conn::new(opts).await.map_err(|e| self.login_error(e))?;
+        let mut conn = db::open_conn("source", &self.settings.url, &self.settings.tls).await.map_err(login_error)?;
         let heartbeat_ns = self.settings.heartbeat.as_nanos();
         conn.query_drop(format!("SET @master_heartbeat_period = {heartbeat_ns}"))
             .await
@@ -392,15 +389,6 @@ impl Reader {
         map.map_err(|e| Retry::Operator(e.to_string()))
     }
 
-    /// A failed login: wrong credentials or a dropped database need a person; the
-    /// rest is a connection problem.
-    fn login_error(&self, error: mysql_async::Error) -> Retry {
-        match DbError::connect("source", &self.settings.url, error) {
-            DbError::Unreachable { reason, .. } => Retry::Again(reason),
-            other => Retry::Operator(other.to_string()),
-        }
-    }
-
     fn stream_error(&self, error: mysql_async::Error) -> Retry {
         match &error {
             // The server dropped this dump because another replica registered with the
@@ -423,6 +411,15 @@ impl Reader {
             }
             _ => Retry::Again(error.to_string()),
         }
+    }
+}
+
+/// A failed login: wrong credentials, a dropped database or a TLS mismatch need a
+/// person; the rest is a connection problem.
+fn login_error(error: DbError) -> Retry {
+    match error {
+        DbError::Unreachable { reason, .. } => Retry::Again(reason),
+        other => Retry::Operator(other.to_string()),
     }
 }
 

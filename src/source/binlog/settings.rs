@@ -149,8 +149,9 @@ fn must_be(facts: &SourceFacts, name: &'static str, expected: &'static str, fix:
     Finding::fail(Group::Source, name, value, fix)
 }
 
-/// FULL makes every row event name its columns. The relay maps columns through
-/// information_schema and works without it, so anything else is only a warning.
+/// FULL makes every row event name its columns, and the relay maps them by name.
+/// Without it the relay maps through information_schema, which is right unless an
+/// ALTER TABLE ran after the rows being read; so anything else is only a warning.
 fn row_metadata(facts: &SourceFacts) -> Finding {
     match facts.get("binlog_row_metadata") {
         None => Finding::ok(Group::Source, "binlog_row_metadata", "not a setting of this server version"),
@@ -159,7 +160,7 @@ fn row_metadata(facts: &SourceFacts) -> Finding {
             Group::Source,
             "binlog_row_metadata",
             other,
-            "set binlog_row_metadata = FULL (recommended on MySQL 8 and MariaDB 10.5+: row events then carry column names, which binlog tools show; the relay itself works without it)",
+            "set binlog_row_metadata = FULL (MySQL 8.0.1+, MariaDB 10.5+): row events then name their columns, so rows written before an ALTER TABLE of the outbox still map by name; without it, reading rows whose column count an ALTER changed stops the binlog path (the sweep delivers them)",
         ),
     }
 }
