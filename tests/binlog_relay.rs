@@ -339,6 +339,20 @@ async fn an_outbox_table_without_a_needed_column_is_refused_naming_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_column_added_before_the_payload_while_the_relay_is_stopped_changes_no_row() {
     let stack = Stack::from_env();
+    let metadata: Option<String> = stack
+        .replica_pool()
+        .await
+        .get_conn()
+        .await
+        .expect("conn")
+        .query_first("SELECT @@binlog_row_metadata")
+        .await
+        .expect("query");
+    assert_eq!(
+        metadata.as_deref(),
+        Some("FULL"),
+        "the stack's replica names columns in row events (restart it: scripts/stack down; scripts/stack up)"
+    );
     let outbox = TestOutbox::create(&stack).await;
     let events = Events::new(&stack, "alter").await;
     let options = RelayOptions::new(outbox.name());
@@ -351,7 +365,9 @@ async fn a_column_added_before_the_payload_while_the_relay_is_stopped_changes_no
     let after = events.rows("after", 0..5);
     outbox.insert_tx(&before).await;
     let table = outbox.table.qualified();
-    outbox.exec(&format!("ALTER TABLE {table} ADD COLUMN tenant VARCHAR(16) NOT NULL DEFAULT 'acme' AFTER topic")).await;
+    outbox
+        .exec(&format!("ALTER TABLE {table} ADD COLUMN tenant VARCHAR(16) NOT NULL DEFAULT 'acme' AFTER topic"))
+        .await;
     outbox.insert_tx(&after).await;
 
     let collector = Collector::start(&stack.namesrv, &events.topic, &unique("alter_consumer")).await;

@@ -17,9 +17,8 @@
 //! it makes for loopback addresses) would leave the checked connection behind.
 //!
 //! MariaDB answers a plaintext login to a server that accepts only TLS with "access
-//! denied", as for a wrong password. So when `disabled` ends in "access denied", the
-//! same login is tried once over TLS to tell the two apart; if it succeeds, the error
-//! says the server requires TLS.
+//! denied", as for a wrong password; under `disabled` that error names both causes
+//! (see [`explain`]).
 
 use std::future::Future;
 use std::path::Path;
@@ -67,40 +66,31 @@ where
                 transport = next;
                 retried = true;
             }
-            None => return Err(explain(role, url, tls, error, &attempt).await),
+            None => return Err(explain(role, url, tls, error)),
         }
     }
 }
 
-/// The classified error of the last attempt; "access denied" under `disabled` becomes
-/// "the server requires TLS" when the same login succeeds over TLS.
-async fn explain<T, F, Fut>(
-    role: &'static str,
-    url: &DbUrl,
-    tls: &TlsConfig,
-    error: mysql_async::Error,
-    attempt: &F,
-) -> DbError
-where
-    F: Fn(Opts) -> Fut,
-    Fut: Future<Output = Result<T, mysql_async::Error>>,
-{
-    let error = classify(role, url, tls, error);
-    if tls.mode != TlsMode::Disabled || !matches!(error, DbError::AccessDenied { .. }) {
-        return error;
-    }
-    let over_tls = match options(role, url, tls, &Transport::Tls { host: None }) {
-        Ok(opts) => attempt(opts).await.is_ok(),
-        Err(_) => false,
-    };
-    if !over_tls {
-        return error;
-    }
-    DbError::TlsRequiredByServer {
-        role,
-        address: url.address().to_owned(),
-        reason: "it refused the plaintext login as \"access denied\", and the same login over TLS succeeds".to_owned(),
-        section: section(role),
+/// The classified error of the last attempt. MariaDB refuses a plaintext login to a
+/// server that accepts only TLS as "access denied", like a wrong password; under
+/// `disabled` the error says so. It does not log in again over TLS to find out: that
+/// would count a second failed login against the account, and send the password over
+/// a connection the operator chose not to use.
+fn explain(role: &'static str, url: &DbUrl, tls: &TlsConfig, error: mysql_async::Error) -> DbError {
+    match classify(role, url, tls, error) {
+        DbError::AccessDenied { role, address, user, env_key, reason } if tls.mode == TlsMode::Disabled => {
+            let section = section(role);
+            DbError::AccessDenied {
+                role,
+                address,
+                user,
+                env_key,
+                reason: format!(
+                    "{reason}; or, if the server accepts only TLS connections (a MariaDB with require_secure_transport refuses a plaintext login this way), set {section}.tls.mode = \"required\", \"verify_ca\" or \"verify_identity\" instead of \"disabled\""
+                ),
+            }
+        }
+        other => other,
     }
 }
 

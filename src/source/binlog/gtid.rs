@@ -137,8 +137,8 @@ impl GtidState {
         self.mysql
             .iter()
             .filter_map(|((uuid, tag), intervals)| {
-                let sid = Sid::new(*uuid)
-                    .with_intervals(intervals.iter().map(|&(s, e)| GnoInterval::new(s, e)).collect());
+                let sid =
+                    Sid::new(*uuid).with_intervals(intervals.iter().map(|&(s, e)| GnoInterval::new(s, e)).collect());
                 if tag.is_empty() {
                     return Some(sid);
                 }

@@ -202,6 +202,36 @@ mod tests {
         }
     }
 
+    /// The text for a binary JSON value built by hand (type byte, then the value).
+    fn text_of(binary: &[u8]) -> String {
+        let value: Value<'_> = mysql_common::io::ParseBuf(binary).parse(()).expect("binary JSON");
+        to_text(&value).expect("JSON text")
+    }
+
+    #[test]
+    fn binary_scalars_and_nested_containers_print_as_the_server_prints_them() {
+        let unicode = "中文😀";
+        let mut string = vec![0x0c, unicode.len() as u8];
+        string.extend(unicode.as_bytes());
+        assert_eq!(text_of(&string), "\"中文😀\"");
+        assert_eq!(text_of(&[[0x0a].as_slice(), &u64::MAX.to_le_bytes()].concat()), "18446744073709551615");
+        assert_eq!(text_of(&[[0x09].as_slice(), &i64::MIN.to_le_bytes()].concat()), "-9223372036854775808");
+        assert_eq!(text_of(&[[0x0b].as_slice(), &1e300f64.to_le_bytes()].concat()), "1e300");
+        assert_eq!(text_of(&[[0x0b].as_slice(), &2.0f64.to_le_bytes()].concat()), "2.0");
+        assert_eq!(
+            (text_of(&[0x04, 0x00]), text_of(&[0x04, 0x01]), text_of(&[0x04, 0x02])),
+            ("null".into(), "true".into(), "false".into())
+        );
+        // {"k": [1, "x"]}: a small object (count, size, key entry, value entry, key)
+        // holding a small array at offset 12 (count, size, an inline int16, a string
+        // at offset 10 of the array).
+        let nested = [
+            0x00, 1, 0, 24, 0, 11, 0, 1, 0, 0x02, 12, 0, b'k', //
+            2, 0, 12, 0, 0x05, 1, 0, 0x0c, 10, 0, 1, b'x',
+        ];
+        assert_eq!(text_of(&nested), r#"{"k": [1, "x"]}"#);
+    }
+
     #[test]
     fn strings_escape_quotes_backslashes_and_control_characters_only() {
         let mut out = String::new();

@@ -274,12 +274,7 @@ impl Reader {
             let event = match tokio::time::timeout(dead_after, stream.next()).await {
                 Err(_) => return Err(Retry::Again(format!("no event or heartbeat for {dead_after:?}"))),
                 Ok(None) => return Err(Retry::Again("the server closed the binlog stream".into())),
-                Ok(Some(Err(e))) => {
-                    return Err(match self.stream_error(e) {
-                        Retry::Again(detail) => Retry::Again(decoder.unreadable(detail).to_string()),
-                        other => other,
-                    })
-                }
+                Ok(Some(Err(e))) => return Err(self.read_error(e, &decoder)),
                 Ok(Some(Ok(event))) => event,
             };
             if !streaming {
@@ -387,6 +382,20 @@ impl Reader {
             .await
             .map_err(|e| Retry::Again(e.to_string()))?;
         map.map_err(|e| Retry::Operator(e.to_string()))
+    }
+
+    /// An error while reading the stream: an event that cannot be parsed is named by
+    /// where it starts; anything else is what it is when connecting, with the place.
+    fn read_error(&self, error: mysql_async::Error, decoder: &Decoder) -> Retry {
+        if let mysql_async::Error::Io(mysql_async::IoError::Io(e)) = &error {
+            if matches!(e.kind(), std::io::ErrorKind::InvalidData | std::io::ErrorKind::Other) {
+                return Retry::Again(decoder.unreadable(e).to_string());
+            }
+        }
+        match self.stream_error(error) {
+            Retry::Again(detail) => Retry::Again(format!("{detail} (reading after {})", decoder.reading_at())),
+            other => other,
+        }
     }
 
     fn stream_error(&self, error: mysql_async::Error) -> Retry {
