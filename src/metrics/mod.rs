@@ -33,12 +33,14 @@ use crate::rocketmq::ErrorClass;
 /// A gauge of fractional values (seconds, bytes), NaN when not known.
 pub type FloatGauge = Gauge<f64, AtomicU64>;
 
-/// Bucket bounds of the latency histograms, seconds: 1 ms steps where a healthy
-/// relay is (so a quantile read from them is within a millisecond there), then wider
-/// up to the outage range.
-const LATENCY_BUCKETS: [f64; 30] = [
-    0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009, 0.010, 0.012, 0.015, 0.020, 0.025, 0.030, 0.040,
-    0.050, 0.075, 0.100, 0.150, 0.250, 0.500, 0.750, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+/// Bucket bounds of the latency histograms, seconds: narrow where a working relay
+/// is (1 ms steps to 10 ms, 2 ms to 30 ms, 5 ms to 60 ms, 10 ms to 100 ms), so a
+/// quantile read from them is within a millisecond or two there; then wider up to
+/// the outage range.
+const LATENCY_BUCKETS: [f64; 44] = [
+    0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009, 0.010, 0.012, 0.014, 0.016, 0.018, 0.020, 0.022,
+    0.024, 0.026, 0.028, 0.030, 0.035, 0.040, 0.045, 0.050, 0.055, 0.060, 0.070, 0.080, 0.090, 0.100, 0.150, 0.250,
+    0.500, 0.750, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
 ];
 
 /// Counters, gauges and histograms of one relay process.
