@@ -90,6 +90,9 @@ pub async fn check(conn: &mut Conn, address: &str, source: &SourceConfig) -> Res
     Ok(facts.server_info())
 }
 
+/// "You have an error in your SQL syntax": a server without the statement.
+pub(super) const SYNTAX_ERROR: u16 = 1064;
+
 /// Reads the source's global settings and whether it replicates from another server.
 pub async fn read_facts(conn: &mut Conn, address: &str) -> Result<SourceFacts, PreflightError> {
     let names = VARIABLES.iter().map(|name| format!("'{name}'")).collect::<Vec<_>>().join(", ");
@@ -102,7 +105,12 @@ pub async fn read_facts(conn: &mut Conn, address: &str) -> Result<SourceFacts, P
         Some((values.next()?, values.next()?))
     });
     // Needs a monitoring privilege the relay does not ask for: unknown without it.
-    let replicates = raw_text_row(conn, "SHOW SLAVE STATUS").await.ok().map(|row| !row.is_empty());
+    // MySQL 8.4 knows only the new name (8.0.22+, MariaDB 10.5+); older servers the old.
+    let status = match raw_text_row(conn, "SHOW REPLICA STATUS").await {
+        Err(mysql_async::Error::Server(e)) if e.code == SYNTAX_ERROR => raw_text_row(conn, "SHOW SLAVE STATUS").await,
+        other => other,
+    };
+    let replicates = status.ok().map(|row| !row.is_empty());
     Ok(SourceFacts::new(variables, replicates))
 }
 
@@ -113,8 +121,8 @@ pub async fn current_position(
     address: &str,
 ) -> Result<BinlogPosition, PreflightError> {
     let status = match raw_text_row(conn, "SHOW MASTER STATUS").await {
-        // MySQL 8.4 removed SHOW MASTER STATUS (syntax error 1064 there).
-        Err(mysql_async::Error::Server(e)) if e.code == 1064 => {
+        // MySQL 8.4 removed SHOW MASTER STATUS (a syntax error there).
+        Err(mysql_async::Error::Server(e)) if e.code == SYNTAX_ERROR => {
             text_row(conn, address, "SHOW BINARY LOG STATUS").await?
         }
         other => other.map_err(|e| classify(address, e))?,

@@ -6,10 +6,9 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
 
+use super::preflight::SYNTAX_ERROR;
 use super::settings::expiry_from;
 
-/// "You have an error in your SQL syntax": a server without the statement.
-const SYNTAX_ERROR: u16 = 1064;
 /// "Unknown system variable": a server without the variable.
 const UNKNOWN_SYSTEM_VARIABLE: u16 = 1193;
 
