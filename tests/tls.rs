@@ -400,26 +400,19 @@ async fn the_relay_binary_tails_and_writes_over_tls_with_its_password_from_a_fil
     let (code, text) = migrate(&server, &table, &[("OUTBOX_RELAY__PRIMARY__TLS__MODE", "disabled".into())]);
     assert_eq!(code, Some(4), "{text}");
     assert!(text.contains(&server.address()) && text.contains("primary.tls.mode"), "{text}");
-    let (code, text) = migrate(
-        &server,
-        &table,
-        &[
-            ("OUTBOX_RELAY__PRIMARY__TLS__MODE", "verify_ca".into()),
-            ("OUTBOX_RELAY__PRIMARY__TLS__CA_FILE", wrong_ca.clone()),
-        ],
-    );
+    let migrate_verifying = |ca_file: &str| {
+        let env = [
+            ("OUTBOX_RELAY__PRIMARY__TLS__MODE", "verify_ca".to_owned()),
+            ("OUTBOX_RELAY__PRIMARY__TLS__CA_FILE", ca_file.to_owned()),
+        ];
+        migrate(&server, &table, &env)
+    };
+    let (code, text) = migrate_verifying(&wrong_ca);
     assert_eq!(code, Some(4), "{text}");
     assert!(text.contains(&wrong_ca), "{text}");
 
     // With the right CA it creates the tables.
-    let (code, text) = migrate(
-        &server,
-        &table,
-        &[
-            ("OUTBOX_RELAY__PRIMARY__TLS__MODE", "verify_ca".into()),
-            ("OUTBOX_RELAY__PRIMARY__TLS__CA_FILE", ca.clone()),
-        ],
-    );
+    let (code, text) = migrate_verifying(&ca);
     assert_eq!(code, Some(0), "{text}");
 
     // The relay tails the server's binlog (verify_identity by name) and writes

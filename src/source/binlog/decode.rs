@@ -287,6 +287,7 @@ impl Decoder {
                 // ALTER of the outbox may move columns: re-read them at the next TABLE_MAP.
                 if query.to_ascii_lowercase().contains(&self.table.to_ascii_lowercase()) {
                     self.columns = None;
+                    self.outbox_maps.clear();
                 }
                 self.commit(pos)
             }
@@ -298,6 +299,10 @@ impl Decoder {
         let is_outbox = tme.database_name() == self.schema.as_str() && tme.table_name() == self.table.as_str();
         if !is_outbox {
             self.outbox_maps.remove(&table_id);
+            return Ok(Decoded::Nothing);
+        }
+        // Every transaction repeats its TABLE_MAP: the same map means the same columns.
+        if self.outbox_maps.get(&table_id).is_some_and(|known| known.table_map == tme) {
             return Ok(Decoded::Nothing);
         }
         let columns = match columns::names_in(&tme).map_err(|e| self.malformed(pos, e))? {
