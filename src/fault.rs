@@ -1,7 +1,8 @@
 //! Deliberate faults, compiled in only with the `fault-injection` feature (the tests
 //! enable it): they let a test prove that a panicking task stops the relay with exit
-//! code 1 and that a restart loses nothing, and that a deposed leader's late writes
-//! change nothing. Without the feature every hook is empty.
+//! code 1 and that a restart loses nothing, that a deposed leader's late writes
+//! change nothing, and (for the fault-injection harness) that a relay which marks
+//! events SENT without sending them is caught. Without the feature every hook is empty.
 
 use std::time::Duration;
 
@@ -38,4 +39,26 @@ pub(crate) fn sent_write_delay() -> Option<Duration> {
 #[inline]
 pub(crate) fn sent_write_delay() -> Option<Duration> {
     None
+}
+
+/// True for the send that must be acknowledged without reaching the broker, as if a
+/// timeout had been taken for SEND_OK: every Nth send with the feature and
+/// `OUTBOX_RELAY_FAULT_ACK_WITHOUT_SEND_EVERY=N`, else never. A deliberately broken
+/// relay, for proving that the harness's verdict fails.
+#[cfg(feature = "fault-injection")]
+pub(crate) fn ack_without_send() -> bool {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SENDS: AtomicU64 = AtomicU64::new(0);
+    let Some(every) =
+        std::env::var("OUTBOX_RELAY_FAULT_ACK_WITHOUT_SEND_EVERY").ok().and_then(|v| v.parse::<u64>().ok()).filter(|n| *n > 0)
+    else {
+        return false;
+    };
+    (SENDS.fetch_add(1, Ordering::Relaxed) + 1) % every == 0
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline]
+pub(crate) fn ack_without_send() -> bool {
+    false
 }

@@ -16,6 +16,9 @@ pub struct RelayProcess {
     http: String,
 }
 
+/// How long a request to the relay's HTTP endpoint may take.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A loopback port that is free now (the relay binds it right after).
 fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -46,10 +49,15 @@ impl RelayProcess {
         &self.http
     }
 
-    /// GET `path` from the metrics and health endpoint: the whole HTTP response.
+    /// GET `path` from the metrics and health endpoint: the whole HTTP response. A
+    /// relay that does not answer within 2 s (stopped, or hung) is an error.
     pub fn get(&self, path: &str) -> std::io::Result<String> {
         use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(&self.http)?;
+        let address: std::net::SocketAddr =
+            self.http.parse().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let mut stream = std::net::TcpStream::connect_timeout(&address, HTTP_TIMEOUT)?;
+        stream.set_read_timeout(Some(HTTP_TIMEOUT))?;
+        stream.set_write_timeout(Some(HTTP_TIMEOUT))?;
         write!(stream, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.http)?;
         let mut response = String::new();
         stream.read_to_string(&mut response)?;
@@ -145,6 +153,18 @@ impl RelayProcess {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Sends `signal` (a name `kill` knows: STOP, CONT, ...).
+    pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status()?;
+        anyhow::ensure!(status.success(), "kill -{signal} {} failed", self.child.id());
+        Ok(())
+    }
+
+    /// The exit code if the relay has exited (`Some(None)`: killed by a signal).
+    pub fn exited(&mut self) -> std::io::Result<Option<Option<i32>>> {
+        Ok(self.child.try_wait()?.map(|status| status.code()))
     }
 
     /// SIGKILL: no drain, no final checkpoint.

@@ -1,0 +1,155 @@
+//! The fault kinds and the schedule drawn from a seed: rounds in which every kind
+//! happens once, plus a number of relay kills, in a random order, each after a
+//! random stretch of load and lasting a random time.
+
+use std::time::Duration;
+
+use crate::rng::Rng;
+
+/// Every fault the harness can inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// SIGKILL of the leader relay, restarted after a moment.
+    RelayKill,
+    /// SIGSTOP of the leader for longer than its lease, then SIGCONT.
+    RelayPause,
+    /// SIGKILL of the RocketMQ broker, restarted after a moment.
+    BrokerKill,
+    /// SIGKILL of the NameServer, restarted after a moment.
+    NamesrvRestart,
+    /// SIGKILL of the MariaDB primary (mid-COMMIT for some writers), restarted.
+    PrimaryKill,
+    /// The source replica's SQL thread stopped for a while, then started.
+    ReplicaSqlStop,
+    /// Every relay down while the source flushes and purges its binary logs.
+    PurgeWhileDown,
+    /// The leader killed and its RocksDB checkpoint directory deleted before restart.
+    CheckpointDeleted,
+    /// More relays started at the same instant (up to three running).
+    Crowd,
+    /// Every relay restarted on the other replica as its binlog source.
+    SourceSwitch,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 10] = [
+        FaultKind::RelayKill,
+        FaultKind::RelayPause,
+        FaultKind::BrokerKill,
+        FaultKind::NamesrvRestart,
+        FaultKind::PrimaryKill,
+        FaultKind::ReplicaSqlStop,
+        FaultKind::PurgeWhileDown,
+        FaultKind::CheckpointDeleted,
+        FaultKind::Crowd,
+        FaultKind::SourceSwitch,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::RelayKill => "relay SIGKILL",
+            FaultKind::RelayPause => "relay SIGSTOP past lease",
+            FaultKind::BrokerKill => "broker SIGKILL",
+            FaultKind::NamesrvRestart => "nameserver restart",
+            FaultKind::PrimaryKill => "primary SIGKILL",
+            FaultKind::ReplicaSqlStop => "replica SQL thread stop",
+            FaultKind::PurgeWhileDown => "binlog purge, relays down",
+            FaultKind::CheckpointDeleted => "RocksDB deleted",
+            FaultKind::Crowd => "2nd+3rd relay at once",
+            FaultKind::SourceSwitch => "source switch",
+        }
+    }
+
+    /// How long the fault lasts (the process down, the thread stopped), in ms;
+    /// `lease` is the relay's leader lease, which a pause must outlast.
+    fn hold_millis(self, lease: Duration) -> std::ops::RangeInclusive<u64> {
+        let lease = lease.as_millis() as u64;
+        match self {
+            FaultKind::RelayKill => 0..=3_000,
+            FaultKind::RelayPause => lease + 1_000..=lease + 3_000,
+            FaultKind::BrokerKill | FaultKind::PrimaryKill => 2_000..=6_000,
+            FaultKind::NamesrvRestart => 1_000..=4_000,
+            FaultKind::ReplicaSqlStop => 2_000..=8_000,
+            FaultKind::PurgeWhileDown => 2_000..=5_000,
+            FaultKind::CheckpointDeleted => 0..=2_000,
+            FaultKind::Crowd => 3_000..=8_000,
+            FaultKind::SourceSwitch => 0..=0,
+        }
+    }
+}
+
+/// Load between two faults, in ms.
+const LOAD_BEFORE_MILLIS: std::ops::RangeInclusive<u64> = 1_000..=4_000;
+
+/// One fault of the schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Planned {
+    pub kind: FaultKind,
+    /// Load to run before it starts.
+    pub after: Duration,
+    /// How long it lasts.
+    pub hold: Duration,
+}
+
+/// The faults of one run, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    pub faults: Vec<Planned>,
+}
+
+impl Schedule {
+    /// `rounds` rounds, each with every kind once and `kills` relay kills in all,
+    /// shuffled within the round.
+    pub fn draw(seed: u64, rounds: u32, kills: u32, lease: Duration) -> Self {
+        let mut rng = Rng::new(seed);
+        let mut faults = Vec::new();
+        for _ in 0..rounds {
+            let mut round: Vec<FaultKind> = FaultKind::ALL.into_iter().filter(|k| *k != FaultKind::RelayKill).collect();
+            round.extend((0..kills).map(|_| FaultKind::RelayKill));
+            rng.shuffle(&mut round);
+            faults.extend(round.into_iter().map(|kind| Planned {
+                kind,
+                after: rng.millis(LOAD_BEFORE_MILLIS),
+                hold: rng.millis(kind.hold_millis(lease)),
+            }));
+        }
+        Self { faults }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(4);
+
+    impl Schedule {
+        fn count(&self, kind: FaultKind) -> usize {
+            self.faults.iter().filter(|f| f.kind == kind).count()
+        }
+    }
+
+    #[test]
+    fn a_seed_replays_the_same_schedule() {
+        assert_eq!(Schedule::draw(42, 2, 3, LEASE), Schedule::draw(42, 2, 3, LEASE));
+        assert_ne!(Schedule::draw(42, 2, 3, LEASE), Schedule::draw(43, 2, 3, LEASE));
+    }
+
+    #[test]
+    fn every_round_has_every_kind_and_its_kills() {
+        let schedule = Schedule::draw(5, 10, 10, LEASE);
+        assert_eq!(schedule.count(FaultKind::RelayKill), 100);
+        for kind in FaultKind::ALL.into_iter().filter(|k| *k != FaultKind::RelayKill) {
+            assert_eq!(schedule.count(kind), 10, "{kind:?}");
+        }
+        let one_round = Schedule::draw(5, 1, 1, LEASE);
+        assert_eq!(one_round.faults.len(), FaultKind::ALL.len());
+    }
+
+    #[test]
+    fn a_pause_outlasts_the_lease() {
+        let schedule = Schedule::draw(9, 20, 0, LEASE);
+        let pauses = schedule.faults.iter().filter(|f| f.kind == FaultKind::RelayPause);
+        assert!(pauses.clone().count() == 20 && pauses.into_iter().all(|f| f.hold > LEASE));
+    }
+}

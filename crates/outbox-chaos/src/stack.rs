@@ -1,0 +1,105 @@
+//! The local stack as the harness disturbs it: its processes killed by pid file,
+//! `scripts/stack up` to bring back whatever is down, and SQL on the replicas.
+//! Addresses come from `eval "$(scripts/stack env)"`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use anyhow::{bail, Context};
+use mysql_async::prelude::Queryable;
+
+/// A stack process the harness kills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StackProcess {
+    Primary,
+    NameServer,
+    Broker,
+}
+
+impl StackProcess {
+    fn pid_file(self) -> &'static str {
+        match self {
+            StackProcess::Primary => "mariadb.pid",
+            StackProcess::NameServer => "namesrv.pid",
+            StackProcess::Broker => "broker.pid",
+        }
+    }
+}
+
+/// One replica the relay can read: its replication user's URL and its root URL.
+#[derive(Debug, Clone)]
+pub struct Replica {
+    pub repl_url: String,
+    pub root_url: String,
+}
+
+/// The stack's addresses and controls.
+#[derive(Debug, Clone)]
+pub struct Stack {
+    state: PathBuf,
+    script: PathBuf,
+    log: PathBuf,
+    pub primary_root_url: String,
+    pub writer_url: String,
+    pub namesrv: String,
+    pub replicas: [Replica; 2],
+}
+
+fn var(name: &str) -> anyhow::Result<String> {
+    std::env::var(name).with_context(|| format!("{name} is not set: run eval \"$(scripts/stack env)\" first"))
+}
+
+impl Stack {
+    /// The stack the environment names; `log` receives `scripts/stack` output.
+    pub fn from_env(log: &Path) -> anyhow::Result<Self> {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/stack");
+        Ok(Self {
+            state: PathBuf::from(var("OUTBOX_RELAY_TEST_STACK")?),
+            script,
+            log: log.to_owned(),
+            primary_root_url: var("OUTBOX_RELAY_TEST_DB_URL")?,
+            writer_url: var("OUTBOX_RELAY_TEST_WRITER_URL")?,
+            namesrv: var("OUTBOX_RELAY_TEST_NAMESRV")?,
+            replicas: [
+                Replica { repl_url: var("OUTBOX_RELAY_TEST_REPL_URL")?, root_url: var("OUTBOX_RELAY_TEST_REPLICA_ROOT_URL")? },
+                Replica {
+                    repl_url: var("OUTBOX_RELAY_TEST_REPL2_URL")?,
+                    root_url: var("OUTBOX_RELAY_TEST_REPLICA2_ROOT_URL")?,
+                },
+            ],
+        })
+    }
+
+    /// SIGKILL of `process`.
+    pub async fn kill(&self, process: StackProcess) -> anyhow::Result<()> {
+        let file = self.state.join(process.pid_file());
+        let pid = std::fs::read_to_string(&file).with_context(|| format!("read {}", file.display()))?;
+        let status = tokio::process::Command::new("kill").args(["-KILL", pid.trim()]).status().await?;
+        anyhow::ensure!(status.success(), "kill -KILL {} ({process:?}) failed", pid.trim());
+        Ok(())
+    }
+
+    /// `scripts/stack up`: starts whatever is down and waits until all is ready.
+    pub async fn up(&self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
+        let status = tokio::process::Command::new(&self.script)
+            .arg("up")
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .status()
+            .await
+            .with_context(|| format!("run {}", self.script.display()))?;
+        if !status.success() {
+            bail!("scripts/stack up failed ({status}); read {}", self.log.display());
+        }
+        Ok(())
+    }
+
+    /// Runs `sql` on the server at `url` over a connection of its own.
+    pub async fn sql(&self, url: &str, sql: &str) -> anyhow::Result<()> {
+        let mut conn = mysql_async::Conn::from_url(url).await.with_context(|| format!("connect for {sql}"))?;
+        conn.query_drop(sql).await.with_context(|| format!("run {sql}"))?;
+        conn.disconnect().await?;
+        Ok(())
+    }
+}
