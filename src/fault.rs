@@ -48,13 +48,14 @@ pub(crate) fn sent_write_delay() -> Option<Duration> {
 #[cfg(feature = "fault-injection")]
 pub(crate) fn ack_without_send() -> bool {
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static EVERY: OnceLock<Option<u64>> = OnceLock::new();
     static SENDS: AtomicU64 = AtomicU64::new(0);
-    let Some(every) =
-        std::env::var("OUTBOX_RELAY_FAULT_ACK_WITHOUT_SEND_EVERY").ok().and_then(|v| v.parse::<u64>().ok()).filter(|n| *n > 0)
-    else {
-        return false;
-    };
-    (SENDS.fetch_add(1, Ordering::Relaxed) + 1) % every == 0
+    let every = EVERY.get_or_init(|| {
+        let value = std::env::var("OUTBOX_RELAY_FAULT_ACK_WITHOUT_SEND_EVERY").ok()?;
+        value.parse::<u64>().ok().filter(|n| *n > 0)
+    });
+    every.is_some_and(|every| (SENDS.fetch_add(1, Ordering::Relaxed) + 1) % every == 0)
 }
 
 #[cfg(not(feature = "fault-injection"))]

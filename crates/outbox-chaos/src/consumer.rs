@@ -21,14 +21,14 @@ use crate::verdict::Received;
 type Records = Arc<Mutex<Vec<Received>>>;
 
 /// A started consumer and what it received so far.
-pub struct Consumer {
+pub(crate) struct Consumer {
     consumer: DefaultMQPushConsumer,
     host: ClientHost,
     records: Records,
 }
 
 impl Consumer {
-    pub async fn start(namesrv: &str, topic: &str, group: &str) -> anyhow::Result<Self> {
+    pub(crate) async fn start(namesrv: &str, topic: &str, group: &str) -> anyhow::Result<Self> {
         let host = ClientHost::start("chaos-consumer")?;
         let records = Records::default();
         let mut consumer = DefaultMQPushConsumer::builder(host.runtime())
@@ -50,11 +50,11 @@ impl Consumer {
     }
 
     /// Every delivery so far.
-    pub fn received(&self) -> Vec<Received> {
+    pub(crate) fn received(&self) -> Vec<Received> {
         self.records.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    pub async fn shutdown(mut self) {
+    pub(crate) async fn shutdown(mut self) {
         self.consumer.shutdown().await;
         self.host.shutdown().await;
     }
@@ -82,5 +82,6 @@ fn received(message: &MessageExt) -> Received {
         queue_offset: message.queue_offset(),
         term: property(PROPERTY_RELAY_TERM).and_then(|t| t.parse().ok()),
         stored_ms: message.store_timestamp(),
+        redelivered: message.reconsume_times() > 0,
     }
 }

@@ -3,25 +3,29 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
+use mysql_async::prelude::Queryable;
+use outbox_test_support::relay::Signal;
+
 use crate::fleet::Fleet;
 use crate::schedule::{FaultKind, Planned};
 use crate::stack::{Stack, StackProcess};
 
 /// Injects `fault` and ends it (the killed process restarted, the thread started).
-pub async fn inject(stack: &Stack, fleet: &mut Fleet, fault: &Planned) -> anyhow::Result<()> {
+pub(crate) async fn inject(stack: &Stack, fleet: &mut Fleet, fault: &Planned) -> anyhow::Result<()> {
     let hold = || tokio::time::sleep(fault.hold);
     match fault.kind {
         FaultKind::RelayKill => {
-            let slot = target(fleet);
+            let slot = target(fleet)?;
             fleet.kill(slot)?;
             hold().await;
             fleet.start(slot)?;
         }
         FaultKind::RelayPause => {
-            let slot = target(fleet);
-            fleet.signal(slot, "STOP")?;
+            let slot = target(fleet)?;
+            fleet.signal(slot, Signal::Stop)?;
             hold().await;
-            fleet.signal(slot, "CONT")?;
+            fleet.signal(slot, Signal::Cont)?;
         }
         FaultKind::BrokerKill => restart(stack, StackProcess::Broker, fault.hold).await?,
         FaultKind::NamesrvRestart => restart(stack, StackProcess::NameServer, fault.hold).await?,
@@ -38,12 +42,11 @@ pub async fn inject(stack: &Stack, fleet: &mut Fleet, fault: &Planned) -> anyhow
             let source = &stack.replicas[fleet.source()].root_url;
             stack.sql(source, "FLUSH BINARY LOGS").await?;
             hold().await;
-            stack.sql(source, "FLUSH BINARY LOGS").await?;
-            stack.sql(source, "PURGE BINARY LOGS BEFORE NOW()").await?;
+            purge_all_but_the_current_log(source).await?;
             running.into_iter().try_for_each(|slot| fleet.start(slot))?;
         }
         FaultKind::CheckpointDeleted => {
-            let slot = target(fleet);
+            let slot = target(fleet)?;
             fleet.kill(slot)?;
             fleet.delete_checkpoint(slot)?;
             hold().await;
@@ -56,8 +59,23 @@ pub async fn inject(stack: &Stack, fleet: &mut Fleet, fault: &Planned) -> anyhow
 }
 
 /// The relay a fault hits: the leader, or the first running one while none leads.
-fn target(fleet: &Fleet) -> usize {
-    fleet.leader().or_else(|| fleet.running().first().copied()).unwrap_or(0)
+fn target(fleet: &Fleet) -> anyhow::Result<usize> {
+    fleet.leader().or_else(|| fleet.running().first().copied()).context("no relay runs to hit")
+}
+
+/// Starts a new binary log on the replica at `url` and purges every older one; fails
+/// unless only the new one is left (a purge the server refused would leave the
+/// relays' position in place, and the fault would prove nothing).
+async fn purge_all_but_the_current_log(url: &str) -> anyhow::Result<()> {
+    let mut conn = mysql_async::Conn::from_url(url).await.context("connect to the source replica")?;
+    conn.query_drop("FLUSH BINARY LOGS").await.context("FLUSH BINARY LOGS")?;
+    let current: Option<String> = conn.query_first("SHOW MASTER STATUS").await.context("SHOW MASTER STATUS")?;
+    let current = current.context("SHOW MASTER STATUS returned nothing: is the binary log on?")?;
+    conn.query_drop(format!("PURGE BINARY LOGS TO '{current}'")).await.context("PURGE BINARY LOGS")?;
+    let logs: Vec<String> = conn.query("SHOW BINARY LOGS").await.context("SHOW BINARY LOGS")?;
+    anyhow::ensure!(logs == [current.clone()], "binary logs older than {current} survived the purge: {logs:?}");
+    conn.disconnect().await?;
+    Ok(())
 }
 
 /// SIGKILL of a stack process; `scripts/stack up` after `down`.
@@ -67,15 +85,11 @@ async fn restart(stack: &Stack, process: StackProcess, down: Duration) -> anyhow
     stack.up().await
 }
 
-/// Two relays started at the same instant beside the leader (standbys are killed
+/// Two relays started at the same instant beside the leader (standbys are stopped
 /// first to make room); after `hold`, the fleet shrinks back to its baseline.
 async fn crowd(fleet: &mut Fleet, hold: Duration) -> anyhow::Result<()> {
-    let mut standbys = fleet.standbys();
-    while fleet.running().len() > 1 {
-        match standbys.pop() {
-            Some(slot) => fleet.kill(slot)?,
-            None => break,
-        }
+    for slot in fleet.standbys() {
+        fleet.stop(slot)?;
     }
     fleet.start_idle()?;
     tokio::time::sleep(hold).await;

@@ -7,19 +7,22 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use outbox_test_support::relay::RelayProcess;
+use outbox_test_support::relay::{RelayProcess, Signal};
+use tokio::task::block_in_place;
 
 /// The most relays running at once.
-pub const SLOTS: usize = 3;
+pub(crate) const SLOTS: usize = 3;
+/// The replica server id of slot 0 (slot n uses this + n).
+const FIRST_SERVER_ID: u32 = 7100;
 /// How long a relay may take to drain and stop on SIGTERM.
 const STOP_DEADLINE: Duration = Duration::from_secs(60);
 
 /// A relay that exited without being told to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnplannedExit {
-    pub slot: usize,
-    pub code: Option<i32>,
-    pub log: PathBuf,
+pub(crate) struct UnplannedExit {
+    pub(crate) slot: usize,
+    pub(crate) code: Option<i32>,
+    pub(crate) log: PathBuf,
 }
 
 struct Slot {
@@ -29,7 +32,7 @@ struct Slot {
 }
 
 /// The relays and how to start them.
-pub struct Fleet {
+pub(crate) struct Fleet {
     binary: PathBuf,
     config: PathBuf,
     dir: PathBuf,
@@ -44,7 +47,7 @@ pub struct Fleet {
 
 impl Fleet {
     /// A fleet whose `baseline` relays read `sources[0]`, logging under `dir`.
-    pub fn new(
+    pub(crate) fn new(
         binary: &Path,
         config: &Path,
         dir: &Path,
@@ -53,7 +56,7 @@ impl Fleet {
         baseline: usize,
     ) -> Self {
         let slots = (0..SLOTS)
-            .map(|i| Slot { process: None, checkpoint: dir.join(format!("checkpoint-{i}")), server_id: 7100 + i as u32 })
+            .map(|i| Slot { process: None, checkpoint: dir.join(format!("checkpoint-{i}")), server_id: FIRST_SERVER_ID + i as u32 })
             .collect();
         Self {
             binary: binary.to_owned(),
@@ -68,7 +71,7 @@ impl Fleet {
         }
     }
 
-    pub fn start(&mut self, slot: usize) -> anyhow::Result<()> {
+    pub(crate) fn start(&mut self, slot: usize) -> anyhow::Result<()> {
         self.starts += 1;
         let log = self.dir.join(format!("relay-{slot}-{}.log", self.starts));
         let state = &self.slots[slot];
@@ -84,51 +87,48 @@ impl Fleet {
     }
 
     /// Starts idle slots until the baseline number of relays runs.
-    pub fn start_baseline(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn start_baseline(&mut self) -> anyhow::Result<()> {
         let idle = (0..SLOTS).filter(|s| self.slots[*s].process.is_none());
         let missing: Vec<usize> = idle.take(self.baseline.saturating_sub(self.running().len())).collect();
         missing.into_iter().try_for_each(|slot| self.start(slot))
     }
 
-    /// Starts every idle slot at the same instant; the slots started.
-    pub fn start_idle(&mut self) -> anyhow::Result<Vec<usize>> {
+    /// Starts every idle slot at the same instant.
+    pub(crate) fn start_idle(&mut self) -> anyhow::Result<()> {
         let idle: Vec<usize> = (0..SLOTS).filter(|s| self.slots[*s].process.is_none()).collect();
-        for slot in &idle {
-            self.start(*slot)?;
-        }
-        Ok(idle)
+        idle.into_iter().try_for_each(|slot| self.start(slot))
     }
 
     /// SIGKILL of `slot`.
-    pub fn kill(&mut self, slot: usize) -> anyhow::Result<()> {
+    pub(crate) fn kill(&mut self, slot: usize) -> anyhow::Result<()> {
         if let Some(mut process) = self.slots[slot].process.take() {
-            process.kill().context("kill a relay")?;
+            block_in_place(|| process.kill()).context("kill a relay")?;
         }
         Ok(())
     }
 
-    pub fn kill_all(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn kill_all(&mut self) -> anyhow::Result<()> {
         (0..SLOTS).try_for_each(|slot| self.kill(slot))
     }
 
     /// SIGTERM of `slot`, waiting for its drain.
-    pub fn stop(&mut self, slot: usize) -> anyhow::Result<()> {
+    pub(crate) fn stop(&mut self, slot: usize) -> anyhow::Result<()> {
         if let Some(mut process) = self.slots[slot].process.take() {
-            process.terminate(STOP_DEADLINE)?;
+            block_in_place(|| process.terminate(STOP_DEADLINE))?;
         }
         Ok(())
     }
 
-    /// Sends `signal` (STOP, CONT) to `slot`.
-    pub fn signal(&self, slot: usize, signal: &str) -> anyhow::Result<()> {
+    /// Freezes or continues `slot`.
+    pub(crate) fn signal(&self, slot: usize, signal: Signal) -> anyhow::Result<()> {
         match &self.slots[slot].process {
             Some(process) => process.signal(signal),
-            None => Ok(()),
+            None => anyhow::bail!("no relay runs in slot {slot} to send {signal:?}"),
         }
     }
 
     /// Deletes `slot`'s RocksDB checkpoint directory.
-    pub fn delete_checkpoint(&self, slot: usize) -> anyhow::Result<()> {
+    pub(crate) fn delete_checkpoint(&self, slot: usize) -> anyhow::Result<()> {
         let dir = &self.slots[slot].checkpoint;
         if dir.exists() {
             std::fs::remove_dir_all(dir).with_context(|| format!("delete {}", dir.display()))?;
@@ -138,7 +138,7 @@ impl Fleet {
 
     /// Moves every relay to the next source: each running relay is stopped (drained),
     /// then started again on the new source.
-    pub fn switch_source(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn switch_source(&mut self) -> anyhow::Result<()> {
         let running = self.running();
         for slot in &running {
             self.stop(*slot)?;
@@ -148,35 +148,36 @@ impl Fleet {
     }
 
     /// The source index relays read now.
-    pub fn source(&self) -> usize {
+    pub(crate) fn source(&self) -> usize {
         self.source
     }
 
-    pub fn running(&self) -> Vec<usize> {
+    pub(crate) fn running(&self) -> Vec<usize> {
         (0..SLOTS).filter(|s| self.slots[*s].process.is_some()).collect()
     }
 
-    pub fn baseline(&self) -> usize {
+    pub(crate) fn baseline(&self) -> usize {
         self.baseline
     }
 
     /// The slot whose `/readyz` says it leads, if any.
-    pub fn leader(&self) -> Option<usize> {
-        self.running().into_iter().find(|slot| self.readiness(*slot).is_some_and(|r| r.contains(r#""role":"leader""#)))
+    pub(crate) fn leader(&self) -> Option<usize> {
+        self.running().into_iter().find(|slot| self.asks(*slot, RelayProcess::leads))
     }
 
     /// The slots running as standbys.
-    pub fn standbys(&self) -> Vec<usize> {
+    pub(crate) fn standbys(&self) -> Vec<usize> {
         let leader = self.leader();
         self.running().into_iter().filter(|slot| Some(*slot) != leader).collect()
     }
 
-    fn readiness(&self, slot: usize) -> Option<String> {
-        self.slots[slot].process.as_ref()?.get("/readyz").ok()
+    /// Asks `slot`'s HTTP endpoint (a blocking call, off the async workers).
+    fn asks(&self, slot: usize, question: fn(&RelayProcess) -> bool) -> bool {
+        self.slots[slot].process.as_ref().is_some_and(|process| block_in_place(|| question(process)))
     }
 
     /// Relays that exited on their own since the last call; their slots become idle.
-    pub fn reap(&mut self) -> Vec<UnplannedExit> {
+    pub(crate) fn reap(&mut self) -> Vec<UnplannedExit> {
         let mut exits = Vec::new();
         for (slot, state) in self.slots.iter_mut().enumerate() {
             let Some(process) = state.process.as_mut() else { continue };
@@ -190,7 +191,7 @@ impl Fleet {
 
     /// Waits until one relay leads and is ready; how long that took. Relays that exit
     /// meanwhile are restarted (and returned) so that a crash cannot stall the run.
-    pub async fn wait_ready_leader(&mut self, deadline: Duration) -> (Option<Duration>, Vec<UnplannedExit>) {
+    pub(crate) async fn wait_ready_leader(&mut self, deadline: Duration) -> (Option<Duration>, Vec<UnplannedExit>) {
         let started = Instant::now();
         let mut exits = Vec::new();
         while started.elapsed() < deadline {
@@ -201,10 +202,7 @@ impl Fleet {
                     eprintln!("outbox-chaos: restarting a relay failed: {error:#}");
                 }
             }
-            let ready_leader = self.running().into_iter().any(|slot| {
-                self.readiness(slot).is_some_and(|r| r.starts_with("HTTP/1.0 200") && r.contains(r#""role":"leader""#))
-            });
-            if ready_leader {
+            if self.running().into_iter().any(|slot| self.asks(slot, RelayProcess::ready_leader)) {
                 return (Some(started.elapsed()), exits);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

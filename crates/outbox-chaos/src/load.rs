@@ -33,26 +33,26 @@ const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
 
 /// What the load writes, and how fast.
 #[derive(Debug, Clone)]
-pub struct LoadSettings {
+pub(crate) struct LoadSettings {
     /// Events per second, all writers together.
-    pub rate: u32,
-    pub writers: usize,
-    pub keys: usize,
-    pub topic: String,
+    pub(crate) rate: u32,
+    pub(crate) writers: usize,
+    pub(crate) keys: usize,
+    pub(crate) topic: String,
     /// The business table holding each key's sequence (`biz_key`, `seq`).
-    pub accounts: String,
-    pub outbox: OutboxTable,
+    pub(crate) accounts: String,
+    pub(crate) outbox: OutboxTable,
 }
 
 /// Running writers.
-pub struct Load {
+pub(crate) struct Load {
     stop: watch::Sender<bool>,
     writers: Vec<JoinHandle<Vec<Written>>>,
 }
 
 impl Load {
     /// Creates the business table with `settings.keys` keys and starts the writers.
-    pub async fn start(pool: &Pool, settings: LoadSettings, rng: &mut Rng) -> anyhow::Result<Self> {
+    pub(crate) async fn start(pool: &Pool, settings: LoadSettings, rng: &mut Rng) -> anyhow::Result<Self> {
         create_accounts(pool, &settings).await?;
         let (stop, stopped) = watch::channel(false);
         let pacer = Arc::new(Pacer::new(settings.rate));
@@ -67,7 +67,7 @@ impl Load {
     }
 
     /// Stops the writers after their current transaction; every event written.
-    pub async fn finish(self) -> anyhow::Result<Vec<Written>> {
+    pub(crate) async fn finish(self) -> anyhow::Result<Vec<Written>> {
         self.stop.send_replace(true);
         let mut written = Vec::new();
         for writer in self.writers {
@@ -168,7 +168,7 @@ impl Writer {
             if tx.exec_drop(bump, (count, key_name(key))).await.is_err() {
                 return Err(events);
             }
-            let last = tx.last_insert_id().unwrap_or_default();
+            let Some(last) = tx.last_insert_id().filter(|last| *last >= count) else { return Err(events) };
             events.extend((last + 1 - count..=last).map(|seq| Written {
                 event_id: uuid::Uuid::now_v7().simple().to_string(),
                 biz_key: key_name(key),

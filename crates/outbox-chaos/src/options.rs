@@ -22,21 +22,21 @@ pub struct Options {
     #[arg(long, default_value_t = 10)]
     pub kills: u32,
     /// Events per second the load generator offers (all writers together).
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
     pub rate: u32,
     /// Shortest load, in seconds: when the faults end earlier, the load runs on
     /// without faults until then.
     #[arg(long, default_value_t = 0)]
     pub duration: u64,
     /// Relays running normally (1 to 3); the crowd fault briefly runs three.
-    #[arg(long, default_value_t = 2)]
-    pub relays: usize,
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=3))]
+    pub relays: u32,
     /// Concurrent writer connections of the load generator.
-    #[arg(long, default_value_t = 4)]
-    pub writers: usize,
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub writers: u32,
     /// Business keys the events are spread over.
-    #[arg(long, default_value_t = 200)]
-    pub keys: usize,
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub keys: u32,
     /// The relays' leader lease, in milliseconds.
     #[arg(long, default_value_t = 4000)]
     pub lease_ms: u64,

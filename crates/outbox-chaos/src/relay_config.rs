@@ -7,18 +7,18 @@ use std::path::Path;
 use std::time::Duration;
 
 /// The settings of a run that the configuration carries.
-pub struct RelaySettings<'a> {
-    pub primary_url: &'a str,
-    pub namesrv: &'a str,
-    pub table: &'a str,
-    pub topic: &'a str,
-    pub queues: u32,
-    pub lease: Duration,
+pub(crate) struct RelaySettings<'a> {
+    pub(crate) primary_url: &'a str,
+    pub(crate) namesrv: &'a str,
+    pub(crate) table: &'a str,
+    pub(crate) topic: &'a str,
+    pub(crate) queues: u32,
+    pub(crate) lease: Duration,
 }
 
 impl RelaySettings<'_> {
     /// Writes the configuration to `path`.
-    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+    pub(crate) fn write(&self, path: &Path) -> std::io::Result<()> {
         let lease_ms = self.lease.as_millis();
         // A send must end within the lease: lease >= 2 x (send timeout + 500 ms).
         let send_timeout_ms = (lease_ms / 2).saturating_sub(500).max(500);

@@ -11,17 +11,17 @@ use crate::verdict::Verdict;
 
 /// What happened around the faults of one kind.
 #[derive(Debug, Default, Clone)]
-pub struct Tally {
-    pub injected: usize,
-    pub worst_recovery: Duration,
+pub(crate) struct Tally {
+    pub(crate) injected: usize,
+    pub(crate) worst_recovery: Duration,
     /// Faults after which no relay led and was ready within the deadline.
-    pub unrecovered: usize,
+    pub(crate) unrecovered: usize,
     /// Relays that exited on their own after such a fault.
-    pub relay_exits: usize,
+    pub(crate) relay_exits: usize,
 }
 
 /// The report text, and whether the run passed.
-pub fn render(header: &str, tallies: &BTreeMap<FaultKind, Tally>, verdict: &Verdict) -> (String, bool) {
+pub(crate) fn render(header: &str, tallies: &BTreeMap<FaultKind, Tally>, verdict: &Verdict) -> (String, bool) {
     let mut out = String::new();
     let _ = writeln!(out, "{header}\n");
     let _ = writeln!(out, "| fault | injected | worst recovery | not recovered | relay exits | duplicates |");
@@ -42,18 +42,19 @@ pub fn render(header: &str, tallies: &BTreeMap<FaultKind, Tally>, verdict: &Verd
     let _ = writeln!(out, "| (before any fault) | - | - | - | - | {} |", verdict.duplicates.get(&None).copied().unwrap_or(0));
     let _ = writeln!(
         out,
-        "\nevents: committed {}, rolled back {}, commit outcome unknown {}, delivered {}",
-        verdict.committed, verdict.rolled_back, verdict.unknown, verdict.delivered
+        "\nevents: committed {}, rolled back {}, commit outcome unknown {}, delivered {} (consumer redeliveries through its retry topic: {})",
+        verdict.committed, verdict.rolled_back, verdict.unknown, verdict.delivered, verdict.redeliveries
     );
     let _ = writeln!(
         out,
-        "verdict: lost {}, phantom {}, order violations {}, keys split {}, overlapping terms {}, SENDING {}, SENT without msg_id {}, FAILED {}",
+        "verdict: lost {}, phantom {}, order violations {}, keys split {}, overlapping terms {}, SENDING {}, PENDING {}, SENT without msg_id {}, FAILED {}",
         verdict.lost.len(),
         verdict.phantom.len(),
         verdict.order_violations.len(),
         verdict.split_keys.len(),
         verdict.overlapping_terms.len(),
         verdict.sending_rows,
+        verdict.pending_rows,
         verdict.sent_without_msg_id,
         verdict.failed_rows
     );

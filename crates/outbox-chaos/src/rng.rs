@@ -5,14 +5,14 @@ use std::ops::RangeInclusive;
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self(seed)
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -21,23 +21,23 @@ impl Rng {
     }
 
     /// A value in `range` (both ends included).
-    pub fn within(&mut self, range: RangeInclusive<u64>) -> u64 {
+    pub(crate) fn within(&mut self, range: RangeInclusive<u64>) -> u64 {
         let span = range.end().saturating_sub(*range.start()).saturating_add(1);
         range.start() + self.next_u64() % span
     }
 
     /// True with probability `percent` / 100.
-    pub fn chance(&mut self, percent: u64) -> bool {
+    pub(crate) fn chance(&mut self, percent: u64) -> bool {
         self.next_u64() % 100 < percent
     }
 
     /// A duration of `millis` milliseconds, drawn in that range.
-    pub fn millis(&mut self, millis: RangeInclusive<u64>) -> Duration {
+    pub(crate) fn millis(&mut self, millis: RangeInclusive<u64>) -> Duration {
         Duration::from_millis(self.within(millis))
     }
 
     /// Puts `items` in a random order (Fisher-Yates).
-    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+    pub(crate) fn shuffle<T>(&mut self, items: &mut [T]) {
         for i in (1..items.len()).rev() {
             let j = self.within(0..=i as u64) as usize;
             items.swap(i, j);
@@ -46,7 +46,7 @@ impl Rng {
 
     /// An independent stream for another consumer of randomness (one per writer), so
     /// the schedule does not depend on how many transactions ran.
-    pub fn fork(&mut self) -> Rng {
+    pub(crate) fn fork(&mut self) -> Rng {
         Rng(self.next_u64())
     }
 }

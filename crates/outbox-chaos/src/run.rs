@@ -4,7 +4,7 @@
 //! relays get time to deliver everything, and the verdict is computed.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
@@ -38,35 +38,20 @@ pub struct Outcome {
     pub passed: bool,
 }
 
+/// Runs the harness as `options` say.
 pub async fn run(options: Options) -> anyhow::Result<Outcome> {
-    let seed = options.seed.unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64));
+    let seed = options.seed.unwrap_or_else(clock_seed);
     let lease = Duration::from_millis(options.lease_ms);
     let schedule = Schedule::draw(seed, options.cycles, options.kills, lease);
     let dir = std::env::temp_dir().join(format!("outbox-chaos-{seed}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     eprintln!("outbox-chaos: seed {seed}, {} faults, logs in {}", schedule.faults.len(), dir.display());
     let stack = Stack::from_env(&dir.join("stack.log"))?;
     stack.up().await?;
-    let pool = outbox_relay::db::connect("chaos", &DbUrl::new(&stack.primary_root_url), 16)
-        .await
-        .context("the stack's primary (scripts/stack up)")?;
-    let table = OutboxTable { schema: "app".into(), table: unique("chaos") };
-    outbox_relay::store::migrate(&pool, &table).await.context("create the run's outbox table")?;
-    let topic = unique("chaos");
-    outbox_relay::admin::create_topic(&stack.namesrv, "DefaultCluster", &topic, QUEUES)
-        .await
-        .with_context(|| format!("create topic {topic}"))?;
-    let config = dir.join("relay.toml");
-    let settings =
-        RelaySettings { primary_url: &stack.writer_url, namesrv: &stack.namesrv, table: &table.table, topic: &topic, queues: QUEUES, lease };
-    settings.write(&config)?;
-    let consumer = Consumer::start(&stack.namesrv, &topic, &unique("chaos_consumer")).await?;
-    let env = if options.break_relay { vec![(BROKEN_RELAY_ENV.0.to_owned(), BROKEN_RELAY_ENV.1.to_owned())] } else { vec![] };
-    let sources = stack.replicas.iter().map(|r| r.repl_url.clone()).collect();
-    let mut fleet = Fleet::new(&relay_binary(&options)?, &config, &dir, env, sources, options.relays);
-    let result = drive(&options, &stack, &pool, &table, &topic, &schedule, &mut fleet, &consumer, seed).await;
-    fleet.kill_all()?;
-    consumer.shutdown().await;
+    let mut run = Run::prepare(&options, stack, &dir).await?;
+    let result = run.drive(&schedule, seed).await;
+    run.fleet.kill_all()?;
+    run.consumer.shutdown().await;
     let (verdict, tallies) = result?;
     let header = format!(
         "outbox-chaos seed {seed}: {} faults ({} rounds, {} kills per round), {} events/s offered, {} relays, lease {} ms; logs {}",
@@ -82,6 +67,124 @@ pub async fn run(options: Options) -> anyhow::Result<Outcome> {
     Ok(Outcome { report, passed })
 }
 
+fn clock_seed() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+}
+
+/// What one run works with.
+struct Run<'a> {
+    options: &'a Options,
+    stack: Stack,
+    pool: Pool,
+    table: OutboxTable,
+    topic: String,
+    fleet: Fleet,
+    consumer: Consumer,
+}
+
+impl<'a> Run<'a> {
+    /// A fresh table and topic, the relays' configuration, the consumer and the fleet.
+    async fn prepare(options: &'a Options, stack: Stack, dir: &Path) -> anyhow::Result<Self> {
+        let pool = outbox_relay::db::connect("chaos", &DbUrl::new(&stack.primary_root_url), 16)
+            .await
+            .context("the stack's primary (scripts/stack up)")?;
+        let table = OutboxTable { schema: "app".into(), table: unique("chaos") };
+        outbox_relay::store::migrate(&pool, &table).await.context("create the run's outbox table")?;
+        let topic = unique("chaos");
+        outbox_relay::admin::create_topic(&stack.namesrv, "DefaultCluster", &topic, QUEUES)
+            .await
+            .with_context(|| format!("create topic {topic}"))?;
+        let config = dir.join("relay.toml");
+        let lease = Duration::from_millis(options.lease_ms);
+        let settings = RelaySettings {
+            primary_url: &stack.writer_url,
+            namesrv: &stack.namesrv,
+            table: &table.table,
+            topic: &topic,
+            queues: QUEUES,
+            lease,
+        };
+        settings.write(&config).with_context(|| format!("write {}", config.display()))?;
+        let consumer = Consumer::start(&stack.namesrv, &topic, &unique("chaos_consumer")).await?;
+        let env = if options.break_relay {
+            vec![(BROKEN_RELAY_ENV.0.to_owned(), BROKEN_RELAY_ENV.1.to_owned())]
+        } else {
+            vec![]
+        };
+        let sources = stack.replicas.iter().map(|r| r.repl_url.clone()).collect();
+        let fleet = Fleet::new(&relay_binary(options)?, &config, dir, env, sources, options.relays as usize);
+        Ok(Self { options, stack, pool, table, topic, fleet, consumer })
+    }
+
+    /// Load, faults, settling and the verdict.
+    async fn drive(&mut self, schedule: &Schedule, seed: u64) -> anyhow::Result<(Verdict, BTreeMap<FaultKind, Tally>)> {
+        let recover = Duration::from_secs(self.options.recover_secs);
+        self.fleet.start_baseline()?;
+        let (first, exits) = self.fleet.wait_ready_leader(recover).await;
+        anyhow::ensure!(first.is_some(), "no relay became a ready leader within {recover:?} of the start: {exits:?}");
+        let started = Instant::now();
+        let load = Load::start(&self.pool, self.load_settings(), &mut Rng::new(seed ^ 0x5EED)).await?;
+        let mut tallies: BTreeMap<FaultKind, Tally> = BTreeMap::new();
+        let mut injected = Vec::new();
+        for (n, fault) in schedule.faults.iter().enumerate() {
+            tokio::time::sleep(fault.after).await;
+            injected.push(Injected { kind: fault.kind, started_ms: now_ms() });
+            faults::inject(&self.stack, &mut self.fleet, fault).await.with_context(|| format!("inject {}", fault.kind.name()))?;
+            self.fleet.start_baseline()?;
+            let (recovered, exits) = self.fleet.wait_ready_leader(recover).await;
+            record(tallies.entry(fault.kind).or_default(), recovered, &exits);
+            let outcome =
+                recovered.map_or("NOT RECOVERED".to_owned(), |d| format!("ready leader after {:.1} s", d.as_secs_f64()));
+            let (held, total) = (fault.hold.as_secs_f64(), schedule.faults.len());
+            eprintln!("outbox-chaos: [{}/{total}] {} (held {held:.1} s): {outcome}", n + 1, fault.kind.name());
+        }
+        if let Some(rest) = Duration::from_secs(self.options.duration).checked_sub(started.elapsed()) {
+            tokio::time::sleep(rest).await;
+        }
+        let written = load.finish().await?;
+        eprintln!("outbox-chaos: load stopped after {:.0} s; settling", started.elapsed().as_secs_f64());
+        self.settle(Duration::from_secs(self.options.settle_secs)).await?;
+        let rows = stored_rows(&self.pool, &self.table).await?;
+        Ok((Verdict::compute(&written, &rows, &self.consumer.received(), &injected), tallies))
+    }
+
+    fn load_settings(&self) -> LoadSettings {
+        LoadSettings {
+            rate: self.options.rate,
+            writers: self.options.writers as usize,
+            keys: self.options.keys as usize,
+            topic: self.topic.clone(),
+            accounts: format!("`app`.`{}`", unique("chaos_accounts")),
+            outbox: self.table.clone(),
+        }
+    }
+
+    /// Waits until every row of the table is SENT and the consumer has every event, or
+    /// `deadline` passes (the verdict then names what is missing).
+    async fn settle(&self, deadline: Duration) -> anyhow::Result<()> {
+        let started = Instant::now();
+        while started.elapsed() < deadline {
+            if self.settled().await? {
+                eprintln!("outbox-chaos: settled in {:.1} s", started.elapsed().as_secs_f64());
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        eprintln!("outbox-chaos: not settled within {deadline:?}");
+        Ok(())
+    }
+
+    async fn settled(&self) -> anyhow::Result<bool> {
+        let sql = format!("SELECT COUNT(*) FROM {} WHERE status <> {}", self.table.qualified(), RowStatus::Sent.code());
+        let unsent: Option<u64> = self.pool.get_conn().await?.query_first(sql).await.context("count unsent rows")?;
+        if unsent != Some(0) {
+            return Ok(false);
+        }
+        let delivered: HashSet<String> = self.consumer.received().into_iter().map(|r| r.event_id).collect();
+        Ok(stored_rows(&self.pool, &self.table).await?.iter().all(|r| delivered.contains(&r.event_id)))
+    }
+}
+
 fn relay_binary(options: &Options) -> anyhow::Result<PathBuf> {
     let binary = match &options.relay {
         Some(path) => path.clone(),
@@ -93,62 +196,6 @@ fn relay_binary(options: &Options) -> anyhow::Result<PathBuf> {
         binary.display()
     );
     Ok(binary)
-}
-
-/// Load, faults, settling and the verdict.
-#[allow(clippy::too_many_arguments)]
-async fn drive(
-    options: &Options,
-    stack: &Stack,
-    pool: &Pool,
-    table: &OutboxTable,
-    topic: &str,
-    schedule: &Schedule,
-    fleet: &mut Fleet,
-    consumer: &Consumer,
-    seed: u64,
-) -> anyhow::Result<(Verdict, BTreeMap<FaultKind, Tally>)> {
-    let recover = Duration::from_secs(options.recover_secs);
-    fleet.start_baseline()?;
-    let (first, exits) = fleet.wait_ready_leader(recover).await;
-    anyhow::ensure!(first.is_some(), "no relay became a ready leader within {recover:?} of the start; relay logs: {exits:?}");
-    let mut rng = Rng::new(seed ^ 0x5EED);
-    let settings = LoadSettings {
-        rate: options.rate,
-        writers: options.writers,
-        keys: options.keys,
-        topic: topic.to_owned(),
-        accounts: format!("`app`.`{}`", unique("chaos_accounts")),
-        outbox: table.clone(),
-    };
-    let started = Instant::now();
-    let load = Load::start(pool, settings, &mut rng).await?;
-    let mut tallies: BTreeMap<FaultKind, Tally> = BTreeMap::new();
-    let mut injected = Vec::new();
-    for (n, fault) in schedule.faults.iter().enumerate() {
-        tokio::time::sleep(fault.after).await;
-        injected.push(Injected { kind: fault.kind, started_ms: now_ms() });
-        faults::inject(stack, fleet, fault).await.with_context(|| format!("inject {}", fault.kind.name()))?;
-        fleet.start_baseline()?;
-        let (recovered, exits) = fleet.wait_ready_leader(recover).await;
-        record(tallies.entry(fault.kind).or_default(), recovered, &exits);
-        eprintln!(
-            "outbox-chaos: [{}/{}] {} (held {:.1} s): {}",
-            n + 1,
-            schedule.faults.len(),
-            fault.kind.name(),
-            fault.hold.as_secs_f64(),
-            recovered.map_or("NOT RECOVERED".to_owned(), |d| format!("ready leader after {:.1} s", d.as_secs_f64()))
-        );
-    }
-    if let Some(rest) = Duration::from_secs(options.duration).checked_sub(started.elapsed()) {
-        tokio::time::sleep(rest).await;
-    }
-    let written = load.finish().await?;
-    eprintln!("outbox-chaos: load stopped after {:.0} s; settling", started.elapsed().as_secs_f64());
-    settle(pool, table, consumer, Duration::from_secs(options.settle_secs)).await?;
-    let rows = stored_rows(pool, table).await?;
-    Ok((Verdict::compute(&written, &rows, &consumer.received(), &injected), tallies))
 }
 
 fn record(tally: &mut Tally, recovered: Option<Duration>, exits: &[UnplannedExit]) {
@@ -167,36 +214,13 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Waits until every row of the table is SENT and the consumer has every event, or
-/// `deadline` passes (the verdict then names what is missing).
-async fn settle(pool: &Pool, table: &OutboxTable, consumer: &Consumer, deadline: Duration) -> anyhow::Result<()> {
-    let started = Instant::now();
-    while started.elapsed() < deadline {
-        let unsent: Option<u64> = pool
-            .get_conn()
-            .await?
-            .query_first(format!("SELECT COUNT(*) FROM {} WHERE status <> {}", table.qualified(), RowStatus::Sent.code()))
-            .await?;
-        if unsent == Some(0) {
-            let rows = stored_rows(pool, table).await?;
-            let delivered: HashSet<String> = consumer.received().into_iter().map(|r| r.event_id).collect();
-            if rows.iter().all(|r| delivered.contains(&r.event_id)) {
-                eprintln!("outbox-chaos: settled in {:.1} s", started.elapsed().as_secs_f64());
-                return Ok(());
-            }
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    eprintln!("outbox-chaos: not settled within {deadline:?}");
-    Ok(())
-}
-
 async fn stored_rows(pool: &Pool, table: &OutboxTable) -> anyhow::Result<Vec<StoredRow>> {
     let rows: Vec<(String, u8, bool)> = pool
         .get_conn()
         .await?
         .query(format!("SELECT event_id, status, msg_id IS NOT NULL FROM {}", table.qualified()))
-        .await?;
+        .await
+        .context("read the outbox rows")?;
     rows.into_iter()
         .map(|(event_id, status, has_msg_id)| {
             let status = RowStatus::from_code(status).with_context(|| format!("unknown status {status} of {event_id}"))?;

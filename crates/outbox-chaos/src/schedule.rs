@@ -83,24 +83,24 @@ const LOAD_BEFORE_MILLIS: std::ops::RangeInclusive<u64> = 1_000..=4_000;
 
 /// One fault of the schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Planned {
-    pub kind: FaultKind,
+pub(crate) struct Planned {
+    pub(crate) kind: FaultKind,
     /// Load to run before it starts.
-    pub after: Duration,
+    pub(crate) after: Duration,
     /// How long it lasts.
-    pub hold: Duration,
+    pub(crate) hold: Duration,
 }
 
 /// The faults of one run, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Schedule {
-    pub faults: Vec<Planned>,
+pub(crate) struct Schedule {
+    pub(crate) faults: Vec<Planned>,
 }
 
 impl Schedule {
     /// `rounds` rounds, each with every kind once and `kills` relay kills in all,
     /// shuffled within the round.
-    pub fn draw(seed: u64, rounds: u32, kills: u32, lease: Duration) -> Self {
+    pub(crate) fn draw(seed: u64, rounds: u32, kills: u32, lease: Duration) -> Self {
         let mut rng = Rng::new(seed);
         let mut faults = Vec::new();
         for _ in 0..rounds {

@@ -10,7 +10,7 @@ use mysql_async::prelude::Queryable;
 
 /// A stack process the harness kills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StackProcess {
+pub(crate) enum StackProcess {
     Primary,
     NameServer,
     Broker,
@@ -28,21 +28,21 @@ impl StackProcess {
 
 /// One replica the relay can read: its replication user's URL and its root URL.
 #[derive(Debug, Clone)]
-pub struct Replica {
-    pub repl_url: String,
-    pub root_url: String,
+pub(crate) struct Replica {
+    pub(crate) repl_url: String,
+    pub(crate) root_url: String,
 }
 
 /// The stack's addresses and controls.
 #[derive(Debug, Clone)]
-pub struct Stack {
+pub(crate) struct Stack {
     state: PathBuf,
     script: PathBuf,
     log: PathBuf,
-    pub primary_root_url: String,
-    pub writer_url: String,
-    pub namesrv: String,
-    pub replicas: [Replica; 2],
+    pub(crate) primary_root_url: String,
+    pub(crate) writer_url: String,
+    pub(crate) namesrv: String,
+    pub(crate) replicas: [Replica; 2],
 }
 
 fn var(name: &str) -> anyhow::Result<String> {
@@ -51,7 +51,7 @@ fn var(name: &str) -> anyhow::Result<String> {
 
 impl Stack {
     /// The stack the environment names; `log` receives `scripts/stack` output.
-    pub fn from_env(log: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn from_env(log: &Path) -> anyhow::Result<Self> {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/stack");
         Ok(Self {
             state: PathBuf::from(var("OUTBOX_RELAY_TEST_STACK")?),
@@ -71,7 +71,7 @@ impl Stack {
     }
 
     /// SIGKILL of `process`.
-    pub async fn kill(&self, process: StackProcess) -> anyhow::Result<()> {
+    pub(crate) async fn kill(&self, process: StackProcess) -> anyhow::Result<()> {
         let file = self.state.join(process.pid_file());
         let pid = std::fs::read_to_string(&file).with_context(|| format!("read {}", file.display()))?;
         let status = tokio::process::Command::new("kill").args(["-KILL", pid.trim()]).status().await?;
@@ -80,7 +80,7 @@ impl Stack {
     }
 
     /// `scripts/stack up`: starts whatever is down and waits until all is ready.
-    pub async fn up(&self) -> anyhow::Result<()> {
+    pub(crate) async fn up(&self) -> anyhow::Result<()> {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
         let status = tokio::process::Command::new(&self.script)
             .arg("up")
@@ -96,7 +96,7 @@ impl Stack {
     }
 
     /// Runs `sql` on the server at `url` over a connection of its own.
-    pub async fn sql(&self, url: &str, sql: &str) -> anyhow::Result<()> {
+    pub(crate) async fn sql(&self, url: &str, sql: &str) -> anyhow::Result<()> {
         let mut conn = mysql_async::Conn::from_url(url).await.with_context(|| format!("connect for {sql}"))?;
         conn.query_drop(sql).await.with_context(|| format!("run {sql}"))?;
         conn.disconnect().await?;

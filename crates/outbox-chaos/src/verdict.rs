@@ -12,7 +12,7 @@ use crate::schedule::FaultKind;
 
 /// What the load generator knows about a transaction's end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fate {
+pub(crate) enum Fate {
     Committed,
     RolledBack,
     /// The connection broke during COMMIT: the database decides.
@@ -21,77 +21,91 @@ pub enum Fate {
 
 /// One event the load generator wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Written {
-    pub event_id: String,
-    pub biz_key: String,
+pub(crate) struct Written {
+    pub(crate) event_id: String,
+    pub(crate) biz_key: String,
     /// The key's sequence number, in commit order.
-    pub seq: u64,
-    pub fate: Fate,
+    pub(crate) seq: u64,
+    pub(crate) fate: Fate,
 }
 
 /// One outbox row as the database holds it at the end.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredRow {
-    pub event_id: String,
-    pub status: RowStatus,
-    pub has_msg_id: bool,
+pub(crate) struct StoredRow {
+    pub(crate) event_id: String,
+    pub(crate) status: RowStatus,
+    pub(crate) has_msg_id: bool,
 }
 
 /// One message as the consumer received it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Received {
-    pub event_id: String,
-    pub queue_id: i32,
-    pub queue_offset: i64,
+pub(crate) struct Received {
+    pub(crate) event_id: String,
+    pub(crate) queue_id: i32,
+    pub(crate) queue_offset: i64,
     /// The leader term of the relay that sent it.
-    pub term: Option<u64>,
+    pub(crate) term: Option<u64>,
     /// When the broker stored it (Unix ms).
-    pub stored_ms: i64,
+    pub(crate) stored_ms: i64,
+    /// Handed back by the consumer client and delivered again through the group's
+    /// retry topic: queue, offset and store time are the retry queue's, so it proves
+    /// delivery but is not a copy the relay sent.
+    pub(crate) redelivered: bool,
 }
 
 /// A fault as it happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Injected {
-    pub kind: FaultKind,
-    pub started_ms: i64,
+pub(crate) struct Injected {
+    pub(crate) kind: FaultKind,
+    pub(crate) started_ms: i64,
 }
 
 /// Everything the verdict counts.
 #[derive(Debug, Default)]
-pub struct Verdict {
-    pub committed: usize,
-    pub rolled_back: usize,
+pub(crate) struct Verdict {
+    pub(crate) committed: usize,
+    pub(crate) rolled_back: usize,
     /// Transactions whose COMMIT outcome the writer did not learn (their events).
-    pub unknown: usize,
-    pub delivered: usize,
-    pub lost: Vec<String>,
-    pub phantom: Vec<String>,
+    pub(crate) unknown: usize,
+    pub(crate) delivered: usize,
+    /// Deliveries through the consumer group's retry topic.
+    pub(crate) redeliveries: usize,
+    pub(crate) lost: Vec<String>,
+    pub(crate) phantom: Vec<String>,
     /// Events the writer saw committed that the table does not hold.
-    pub vanished: Vec<String>,
-    pub order_violations: Vec<String>,
-    pub split_keys: Vec<String>,
+    pub(crate) vanished: Vec<String>,
+    pub(crate) order_violations: Vec<String>,
+    pub(crate) split_keys: Vec<String>,
     /// Pairs of terms (older, newer) where the older published after the newer began.
-    pub overlapping_terms: Vec<(u64, u64)>,
+    pub(crate) overlapping_terms: Vec<(u64, u64)>,
     /// Messages that carry no leader term.
-    pub without_term: usize,
-    pub sending_rows: usize,
-    pub sent_without_msg_id: usize,
-    pub failed_rows: usize,
+    pub(crate) without_term: usize,
+    pub(crate) sending_rows: usize,
+    /// Rows still PENDING at the end: not known to be sent.
+    pub(crate) pending_rows: usize,
+    /// Messages that carry no event id.
+    pub(crate) without_event_id: usize,
+    pub(crate) sent_without_msg_id: usize,
+    pub(crate) failed_rows: usize,
     /// Extra copies of an event in the topic, by the fault that last began before the
     /// copy was stored (`None`: before any fault).
-    pub duplicates: BTreeMap<Option<FaultKind>, usize>,
+    pub(crate) duplicates: BTreeMap<Option<FaultKind>, usize>,
 }
 
 impl Verdict {
-    pub fn compute(written: &[Written], rows: &[StoredRow], received: &[Received], faults: &[Injected]) -> Self {
+    pub(crate) fn compute(written: &[Written], rows: &[StoredRow], received: &[Received], faults: &[Injected]) -> Self {
         let in_table: HashSet<&str> = rows.iter().map(|r| r.event_id.as_str()).collect();
-        let copies = distinct_copies(received);
-        let delivered: HashSet<&str> = copies.keys().copied().collect();
+        let (retried, sent): (Vec<&Received>, Vec<&Received>) = received.iter().partition(|r| r.redelivered);
+        let copies = distinct_copies(&sent);
+        let delivered: HashSet<&str> =
+            received.iter().map(|r| r.event_id.as_str()).filter(|id| !id.is_empty()).collect();
         let mut verdict = Verdict {
             committed: in_table.len(),
             rolled_back: written.iter().filter(|w| w.fate == Fate::RolledBack).count(),
             unknown: written.iter().filter(|w| w.fate == Fate::Unknown).count(),
             delivered: delivered.len(),
+            redeliveries: retried.len(),
+            without_event_id: received.iter().filter(|r| r.event_id.is_empty()).count(),
             ..Default::default()
         };
         verdict.lost = sorted(in_table.iter().filter(|id| !delivered.contains(*id)).map(|id| id.to_string()));
@@ -103,7 +117,7 @@ impl Verdict {
                 .map(|w| w.event_id.clone()),
         );
         verdict.check_keys(written, &in_table, &copies);
-        verdict.check_terms(received);
+        verdict.check_terms(&sent);
         verdict.count_rows(rows);
         verdict.duplicates = duplicates(&copies, faults);
         verdict
@@ -117,28 +131,29 @@ impl Verdict {
         }
         for (key, mut events) in by_key {
             events.sort_by_key(|w| w.seq);
-            let first: Vec<Option<&Received>> =
-                events.iter().map(|w| copies.get(w.event_id.as_str()).and_then(|c| c.first().copied())).collect();
             let queues: HashSet<i32> = copies_of(&events, copies).map(|r| r.queue_id).collect();
             if queues.len() > 1 {
                 self.split_keys.push(format!("{key} in queues {queues:?}"));
                 continue;
             }
-            for (pair, firsts) in events.windows(2).zip(first.windows(2)) {
-                if let [Some(earlier), Some(later)] = firsts {
-                    if later.queue_offset < earlier.queue_offset {
-                        self.order_violations.push(format!(
-                            "{key}: seq {} at offset {} before seq {} at offset {}",
-                            pair[1].seq, later.queue_offset, pair[0].seq, earlier.queue_offset
-                        ));
-                    }
+            let firsts: Vec<(u64, &Received)> = events
+                .iter()
+                .filter_map(|w| Some((w.seq, *copies.get(w.event_id.as_str())?.first()?)))
+                .collect();
+            for pair in firsts.windows(2) {
+                let [(earlier_seq, earlier), (later_seq, later)] = pair else { continue };
+                if later.queue_offset < earlier.queue_offset {
+                    self.order_violations.push(format!(
+                        "{key}: seq {later_seq} at offset {} before seq {earlier_seq} at offset {}",
+                        later.queue_offset, earlier.queue_offset
+                    ));
                 }
             }
         }
     }
 
     /// Each term's publishing window against every newer term's.
-    fn check_terms(&mut self, received: &[Received]) {
+    fn check_terms(&mut self, received: &[&Received]) {
         let mut windows: BTreeMap<u64, (i64, i64)> = BTreeMap::new();
         for r in received {
             match r.term {
@@ -161,12 +176,13 @@ impl Verdict {
 
     fn count_rows(&mut self, rows: &[StoredRow]) {
         self.sending_rows = rows.iter().filter(|r| r.status == RowStatus::Sending).count();
+        self.pending_rows = rows.iter().filter(|r| r.status == RowStatus::Pending).count();
         self.sent_without_msg_id = rows.iter().filter(|r| r.status == RowStatus::Sent && !r.has_msg_id).count();
         self.failed_rows = rows.iter().filter(|r| r.status == RowStatus::Failed).count();
     }
 
     /// Every violated criterion, named with its count.
-    pub fn violations(&self) -> Vec<String> {
+    pub(crate) fn violations(&self) -> Vec<String> {
         let mut found = Vec::new();
         let mut check = |count: usize, what: &str, examples: &[String]| {
             if count > 0 {
@@ -183,6 +199,8 @@ impl Verdict {
         check(overlaps.len(), "two terms publishing at once", &overlaps);
         check(self.without_term, "messages without a leader term", &[]);
         check(self.sending_rows, "rows left SENDING", &[]);
+        check(self.pending_rows, "rows left PENDING", &[]);
+        check(self.without_event_id, "messages without an event id", &[]);
         check(self.sent_without_msg_id, "SENT rows without msg_id", &[]);
         check(self.failed_rows, "FAILED rows (no poison was injected)", &[]);
         found
@@ -191,9 +209,9 @@ impl Verdict {
 
 /// Each event's distinct copies in the topic (a redelivery of the same queue offset is
 /// the consumer's, not a second copy), in queue-offset order.
-fn distinct_copies(received: &[Received]) -> HashMap<&str, Vec<&Received>> {
+fn distinct_copies<'a>(received: &[&'a Received]) -> HashMap<&'a str, Vec<&'a Received>> {
     let mut copies: HashMap<&str, Vec<&Received>> = HashMap::new();
-    for r in received {
+    for &r in received {
         let list = copies.entry(r.event_id.as_str()).or_default();
         if !list.iter().any(|c| c.queue_id == r.queue_id && c.queue_offset == r.queue_offset) {
             list.push(r);
@@ -243,7 +261,27 @@ mod tests {
     }
 
     fn got(id: &str, queue: i32, offset: i64, term: u64, ms: i64) -> Received {
-        Received { event_id: id.into(), queue_id: queue, queue_offset: offset, term: Some(term), stored_ms: ms }
+        Received {
+            event_id: id.into(),
+            queue_id: queue,
+            queue_offset: offset,
+            term: Some(term),
+            stored_ms: ms,
+            redelivered: false,
+        }
+    }
+
+    #[test]
+    fn a_redelivery_through_the_retry_topic_proves_delivery_and_is_no_copy() {
+        let w = [written("a", "k", 1, Fate::Committed), written("b", "k", 2, Fate::Committed)];
+        let retried = Received { queue_id: 0, queue_offset: 9, stored_ms: 99, redelivered: true, ..got("a", 0, 0, 1, 0) };
+        let r = [retried, got("b", 3, 1, 2, 20), got("a", 3, 0, 2, 19)];
+        let verdict = Verdict::compute(&w, &[row("a"), row("b")], &r, &[]);
+        assert_eq!(verdict.violations(), Vec::<String>::new());
+        assert_eq!((verdict.delivered, verdict.redeliveries), (2, 1));
+        assert!(verdict.duplicates.is_empty());
+        let only_retried = Verdict::compute(&w[..1], &[row("a")], &r[..1], &[]);
+        assert!(only_retried.lost.is_empty(), "a retried delivery is a delivery");
     }
 
     #[test]
@@ -302,15 +340,39 @@ mod tests {
     }
 
     #[test]
-    fn rows_left_sending_failed_or_sent_without_an_id_are_counted() {
+    fn rows_left_sending_pending_failed_or_sent_without_an_id_are_counted() {
         let rows = [
+            StoredRow { event_id: "d".into(), status: RowStatus::Pending, has_msg_id: false },
             StoredRow { event_id: "a".into(), status: RowStatus::Sending, has_msg_id: false },
             StoredRow { event_id: "b".into(), status: RowStatus::Sent, has_msg_id: false },
             StoredRow { event_id: "c".into(), status: RowStatus::Failed, has_msg_id: false },
         ];
-        let r = [got("a", 0, 0, 1, 1), got("b", 0, 1, 1, 2), got("c", 0, 2, 1, 3)];
+        let r = [got("a", 0, 0, 1, 1), got("b", 0, 1, 1, 2), got("c", 0, 2, 1, 3), got("d", 0, 3, 1, 4)];
         let verdict = Verdict::compute(&[], &rows, &r, &[]);
-        assert_eq!((verdict.sending_rows, verdict.sent_without_msg_id, verdict.failed_rows), (1, 1, 1));
+        let counts = (verdict.sending_rows, verdict.pending_rows, verdict.sent_without_msg_id, verdict.failed_rows);
+        assert_eq!(counts, (1, 1, 1, 1));
+        assert_eq!(verdict.violations().len(), 4);
+    }
+
+    #[test]
+    fn order_is_judged_between_the_delivered_events_around_a_lost_one() {
+        let w = [
+            written("a", "k", 1, Fate::Committed),
+            written("b", "k", 2, Fate::Committed),
+            written("c", "k", 3, Fate::Committed),
+        ];
+        let r = [got("c", 0, 0, 1, 10), got("a", 0, 1, 1, 11)];
+        let verdict = Verdict::compute(&w, &[row("a"), row("b"), row("c")], &r, &[]);
+        assert_eq!(verdict.lost, ["b"]);
+        assert_eq!(verdict.order_violations, ["k: seq 3 at offset 0 before seq 1 at offset 1"]);
+    }
+
+    #[test]
+    fn messages_without_an_event_id_are_a_violation() {
+        let r = [Received { event_id: String::new(), ..got("x", 0, 0, 1, 1) }];
+        let verdict = Verdict::compute(&[], &[], &r, &[]);
+        assert_eq!((verdict.without_event_id, verdict.phantom.len()), (1, 0));
+        assert_eq!(verdict.violations().len(), 1);
     }
 
     #[test]

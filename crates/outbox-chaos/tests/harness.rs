@@ -5,21 +5,9 @@
 use std::process::Command;
 use std::sync::Mutex;
 
-static ONE_RUN_AT_A_TIME: Mutex<()> = Mutex::new(());
+use outbox_chaos::FaultKind;
 
-/// The name of every fault kind as the report's table writes it.
-const FAULT_KINDS: [&str; 10] = [
-    "relay SIGKILL",
-    "relay SIGSTOP past lease",
-    "broker SIGKILL",
-    "nameserver restart",
-    "primary SIGKILL",
-    "replica SQL thread stop",
-    "binlog purge, relays down",
-    "RocksDB deleted",
-    "2nd+3rd relay at once",
-    "source switch",
-];
+static ONE_RUN_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Runs the harness; its exit code and report (stdout), with its progress (stderr)
 /// for assertion messages.
@@ -32,17 +20,19 @@ fn chaos(args: &[&str]) -> (Option<i32>, String, String) {
 
 #[test]
 fn the_bounded_schedule_passes_with_every_fault_kind_exercised() {
-    let (code, report, progress) = chaos(&["--seed", "20261201", "--cycles", "1", "--kills", "1"]);
+    let bounds = ["--recover-secs", "60", "--settle-secs", "120"];
+    let (code, report, progress) = chaos(&[&["--seed", "20261201", "--cycles", "1", "--kills", "1"][..], &bounds].concat());
     assert_eq!(code, Some(0), "{report}\n{progress}");
-    for kind in FAULT_KINDS {
-        assert!(report.contains(&format!("| {kind} | 1 |")), "{kind} not injected once:\n{report}");
+    for kind in FaultKind::ALL {
+        assert!(report.contains(&format!("| {} | 1 |", kind.name())), "{kind:?} not injected once:\n{report}");
     }
     assert!(report.contains("verdict: lost 0, phantom 0, order violations 0, keys split 0, overlapping terms 0"), "{report}");
 }
 
 #[test]
 fn a_relay_that_marks_unsent_events_sent_fails_the_verdict() {
-    let (code, report, progress) = chaos(&["--seed", "7", "--cycles", "0", "--duration", "10", "--settle-secs", "30", "--break-relay"]);
+    let args = ["--seed", "7", "--cycles", "0", "--duration", "10", "--settle-secs", "30", "--break-relay"];
+    let (code, report, progress) = chaos(&args);
     assert_eq!(code, Some(1), "{report}\n{progress}");
     assert!(report.contains("VIOLATION: lost (committed, never delivered)"), "{report}");
     assert!(report.ends_with("FAIL\n"), "{report}");

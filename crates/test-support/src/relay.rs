@@ -16,6 +16,16 @@ pub struct RelayProcess {
     http: String,
 }
 
+/// A signal the tests send to a relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Stop,
+    Cont,
+}
+
+/// How `/readyz` names the leader role.
+const LEADER: &str = r#""role":"leader""#;
+
 /// How long a request to the relay's HTTP endpoint may take.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -155,11 +165,25 @@ impl RelayProcess {
         }
     }
 
-    /// Sends `signal` (a name `kill` knows: STOP, CONT, ...).
-    pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
-        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status()?;
-        anyhow::ensure!(status.success(), "kill -{signal} {} failed", self.child.id());
+    /// Freezes (SIGSTOP) or continues (SIGCONT) the relay.
+    pub fn signal(&self, signal: Signal) -> anyhow::Result<()> {
+        let name = match signal {
+            Signal::Stop => "-STOP",
+            Signal::Cont => "-CONT",
+        };
+        let status = Command::new("kill").arg(name).arg(self.child.id().to_string()).status()?;
+        anyhow::ensure!(status.success(), "kill {name} {} failed", self.child.id());
         Ok(())
+    }
+
+    /// Whether `/readyz` answers that this instance leads (ready or not).
+    pub fn leads(&self) -> bool {
+        self.get("/readyz").is_ok_and(|r| r.contains(LEADER))
+    }
+
+    /// Whether `/readyz` answers 200 and that this instance leads.
+    pub fn ready_leader(&self) -> bool {
+        self.get("/readyz").is_ok_and(|r| r.starts_with("HTTP/1.0 200") && r.contains(LEADER))
     }
 
     /// The exit code if the relay has exited (`Some(None)`: killed by a signal).
