@@ -105,6 +105,36 @@ async fn broker_down_marks_nothing_sent_and_everything_is_delivered_after_it_ret
     collector.shutdown().await;
 }
 
+/// A leader that starts its term while the broker is down finds no route for its
+/// configured topic (the NameServer drops a dead broker's routes): that is an outage
+/// to wait out, not a missing topic to exit on (an exit 4 would also keep systemd
+/// from restarting it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_starts_while_the_broker_is_down_waits_for_it_and_loses_nothing() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let prefix = unique("broker_down_at_start");
+    let configured = "t-order-event";
+    stop_broker().await;
+    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
+    outbox.insert_tx(&rows(&prefix, configured, 0, 20)).await;
+    let readiness = relay.wait_readiness_with(false, configured, Duration::from_secs(60)).await;
+    assert!(readiness.contains(r#""role":"leader""#), "the leader holds the topic's events: {readiness}");
+    assert_eq!(outbox.count_status(RowStatus::Sent).await, 0, "SENT while the broker was down");
+    assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "FAILED during an outage");
+
+    start_broker();
+    let collector = Collector::start(&stack.namesrv, configured, &unique("broker_down_at_start_consumer")).await;
+    eventually("all 20 rows SENT after the broker returned", Duration::from_secs(180), || async {
+        (outbox.count_status(RowStatus::Sent).await == 20).then_some(())
+    })
+    .await;
+    collector.wait_distinct(&format!("{prefix}-"), 20, Duration::from_secs(120)).await;
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_binlog_connection_is_reopened_without_loss() {
     let _serial = SERIAL.lock().await;

@@ -41,7 +41,7 @@ use crate::http;
 use crate::lanes::{HeldKeys, LaneSettings, Recorder};
 use crate::leader::{keep, wait_for_lease, Keeper, Standby, Term, TermTiming};
 use crate::metrics::RelayMetrics;
-use crate::rocketmq::{ProducerSettings, Publisher};
+use crate::rocketmq::{ProducerSettings, PublishError, Publisher};
 use crate::source::binlog::{Flavor, Reader, ReaderLinks, ReaderSettings};
 use crate::source::sweep::{BinlogGuard, SweepSettings, Sweeper, Watermark};
 use crate::source::{Budget, Handoff};
@@ -250,6 +250,22 @@ async fn lead(
     started.and(joined).and(kept_ok)
 }
 
+/// Checks a configured topic's route at the start of a term. A different queue count
+/// would move keys between queues: a person decides (the error stops the relay). A
+/// topic without a route is also what the NameServer answers while the broker is down
+/// (or the NameServer itself is), so it is never a reason to exit: the coordinator
+/// holds the topic's events and retries its route, and readiness names it.
+async fn check_configured_topic(publisher: &Publisher, topic: &str, count: u32) -> Result<(), RelayError> {
+    match publisher.pinned_queues(topic, count).await {
+        Ok(_) => Ok(()),
+        Err(error @ PublishError::QueueCountMismatch { .. }) => Err(error.into()),
+        Err(error) => {
+            tracing::error!(topic, %error, "a configured topic has no route now: the broker or the NameServer is down, or the topic is missing (create it with its queue count); its events are held until it has one");
+            Ok(())
+        }
+    }
+}
+
 /// Gives the lease back so a standby takes over at its next try (within 250 ms).
 async fn release_lease(lease: &LeaseStore, term: &Term) {
     if !term.is_current() {
@@ -327,7 +343,7 @@ async fn start_pipeline(
     let configured: HashMap<String, u32> =
         config.rocketmq.topics.iter().map(|(t, c)| (t.clone(), c.queue_count)).collect();
     for (topic, count) in &configured {
-        publisher.pinned_queues(topic, *count).await?;
+        check_configured_topic(&publisher, topic, *count).await?;
     }
     supervisor.spawn("broker probe", ok(Arc::clone(&publisher).probe(shutdown.clone())));
     let held = HeldKeys::default();

@@ -86,7 +86,12 @@ impl RelayProcess {
 
     /// Waits until `/readyz` says `ready` (200) or not (503); returns the response.
     pub async fn wait_readiness(&mut self, ready: bool, deadline: Duration) -> String {
-        match self.0.wait_readiness(ready, deadline).await {
+        self.wait_readiness_with(ready, "", deadline).await
+    }
+
+    /// Like [`Self::wait_readiness`], for an answer that also contains `text`.
+    pub async fn wait_readiness_with(&mut self, ready: bool, text: &str, deadline: Duration) -> String {
+        match self.0.wait_readiness_with(ready, text, deadline).await {
             Ok(response) => response,
             Err(error) => panic!("{error:#}\n{}", self.log_text()),
         }

@@ -69,10 +69,13 @@ fn target(fleet: &Fleet) -> anyhow::Result<usize> {
 async fn purge_all_but_the_current_log(url: &str) -> anyhow::Result<()> {
     let mut conn = mysql_async::Conn::from_url(url).await.context("connect to the source replica")?;
     conn.query_drop("FLUSH BINARY LOGS").await.context("FLUSH BINARY LOGS")?;
-    let current: Option<String> = conn.query_first("SHOW MASTER STATUS").await.context("SHOW MASTER STATUS")?;
-    let current = current.context("SHOW MASTER STATUS returned nothing: is the binary log on?")?;
+    let status: Option<mysql_async::Row> = conn.query_first("SHOW MASTER STATUS").await.context("SHOW MASTER STATUS")?;
+    let current: String = status
+        .and_then(|row| row.get(0))
+        .context("SHOW MASTER STATUS returned no file: is the binary log on?")?;
     conn.query_drop(format!("PURGE BINARY LOGS TO '{current}'")).await.context("PURGE BINARY LOGS")?;
-    let logs: Vec<String> = conn.query("SHOW BINARY LOGS").await.context("SHOW BINARY LOGS")?;
+    let logs: Vec<mysql_async::Row> = conn.query("SHOW BINARY LOGS").await.context("SHOW BINARY LOGS")?;
+    let logs: Vec<String> = logs.into_iter().filter_map(|row| row.get(0)).collect();
     anyhow::ensure!(logs == [current.clone()], "binary logs older than {current} survived the purge: {logs:?}");
     conn.disconnect().await?;
     Ok(())

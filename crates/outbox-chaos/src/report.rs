@@ -21,7 +21,13 @@ pub(crate) struct Tally {
 }
 
 /// The report text, and whether the run passed.
-pub(crate) fn render(header: &str, tallies: &BTreeMap<FaultKind, Tally>, verdict: &Verdict) -> (String, bool) {
+/// `stopped` says why the schedule ended before its last fault, if it did.
+pub(crate) fn render(
+    header: &str,
+    tallies: &BTreeMap<FaultKind, Tally>,
+    verdict: &Verdict,
+    stopped: Option<&str>,
+) -> (String, bool) {
     let mut out = String::new();
     let _ = writeln!(out, "{header}\n");
     let _ = writeln!(out, "| fault | injected | worst recovery | not recovered | relay exits | duplicates |");
@@ -63,6 +69,7 @@ pub(crate) fn render(header: &str, tallies: &BTreeMap<FaultKind, Tally>, verdict
     if unrecovered > 0 {
         violations.push(format!("no ready leader within the recovery deadline after {unrecovered} fault(s)"));
     }
+    violations.extend(stopped.map(str::to_owned));
     if violations.is_empty() {
         let _ = writeln!(out, "PASS");
     } else {
@@ -81,7 +88,7 @@ mod tests {
     #[test]
     fn a_violation_fails_the_report_and_is_named() {
         let verdict = Verdict { lost: vec!["e1".into()], ..Default::default() };
-        let (text, passed) = render("run", &BTreeMap::new(), &verdict);
+        let (text, passed) = render("run", &BTreeMap::new(), &verdict, None);
         assert!(!passed);
         assert!(text.contains("VIOLATION: lost (committed, never delivered): 1 [\"e1\"]"), "{text}");
         assert!(text.ends_with("FAIL\n"), "{text}");
@@ -90,14 +97,21 @@ mod tests {
     #[test]
     fn an_unrecovered_fault_fails_the_report() {
         let tallies = BTreeMap::from([(FaultKind::BrokerKill, Tally { injected: 1, unrecovered: 1, ..Default::default() })]);
-        let (text, passed) = render("run", &tallies, &Verdict::default());
+        let (text, passed) = render("run", &tallies, &Verdict::default(), None);
         assert!(!passed);
         assert!(text.contains("| broker SIGKILL | 1 | 0.0 s | 1 | 0 | 0 |"), "{text}");
     }
 
     #[test]
     fn a_clean_run_passes() {
-        let (text, passed) = render("run", &BTreeMap::new(), &Verdict::default());
+        let (text, passed) = render("run", &BTreeMap::new(), &Verdict::default(), None);
         assert!(passed && text.ends_with("PASS\n"), "{text}");
+    }
+
+    #[test]
+    fn a_schedule_stopped_early_fails_the_report() {
+        let (text, passed) = render("run", &BTreeMap::new(), &Verdict::default(), Some("fault 3 failed"));
+        assert!(!passed);
+        assert!(text.contains("VIOLATION: fault 3 failed"), "{text}");
     }
 }

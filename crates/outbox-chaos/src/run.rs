@@ -63,7 +63,7 @@ pub async fn run(options: Options) -> anyhow::Result<Outcome> {
         options.lease_ms,
         dir.display()
     );
-    let (report, passed) = report::render(&header, &tallies, &verdict);
+    let (report, passed) = report::render(&header, &tallies, &verdict, run.stopped.as_deref());
     Ok(Outcome { report, passed })
 }
 
@@ -80,6 +80,8 @@ struct Run<'a> {
     topic: String,
     fleet: Fleet,
     consumer: Consumer,
+    /// Why the schedule stopped early, if it did (the verdict is still computed).
+    stopped: Option<String>,
 }
 
 impl<'a> Run<'a> {
@@ -113,7 +115,7 @@ impl<'a> Run<'a> {
         };
         let sources = stack.replicas.iter().map(|r| r.repl_url.clone()).collect();
         let fleet = Fleet::new(&relay_binary(options)?, &config, dir, env, sources, options.relays as usize);
-        Ok(Self { options, stack, pool, table, topic, fleet, consumer })
+        Ok(Self { options, stack, pool, table, topic, fleet, consumer, stopped: None })
     }
 
     /// Load, faults, settling and the verdict.
@@ -129,7 +131,12 @@ impl<'a> Run<'a> {
         for (n, fault) in schedule.faults.iter().enumerate() {
             tokio::time::sleep(fault.after).await;
             injected.push(Injected { kind: fault.kind, started_ms: now_ms() });
-            faults::inject(&self.stack, &mut self.fleet, fault).await.with_context(|| format!("inject {}", fault.kind.name()))?;
+            if let Err(error) = faults::inject(&self.stack, &mut self.fleet, fault).await {
+                let stopped = format!("the schedule stopped at fault {} ({}): {error:#}", n + 1, fault.kind.name());
+                eprintln!("outbox-chaos: {stopped}");
+                self.stopped = Some(stopped);
+                break;
+            }
             self.fleet.start_baseline()?;
             let (recovered, exits) = self.fleet.wait_ready_leader(recover).await;
             record(tallies.entry(fault.kind).or_default(), recovered, &exits);
@@ -137,6 +144,9 @@ impl<'a> Run<'a> {
                 recovered.map_or("NOT RECOVERED".to_owned(), |d| format!("ready leader after {:.1} s", d.as_secs_f64()));
             let (held, total) = (fault.hold.as_secs_f64(), schedule.faults.len());
             eprintln!("outbox-chaos: [{}/{total}] {} (held {held:.1} s): {outcome}", n + 1, fault.kind.name());
+        }
+        if let Err(error) = self.stack.up().await {
+            eprintln!("outbox-chaos: the stack is not whole before settling: {error:#}");
         }
         if let Some(rest) = Duration::from_secs(self.options.duration).checked_sub(started.elapsed()) {
             tokio::time::sleep(rest).await;

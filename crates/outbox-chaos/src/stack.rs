@@ -8,6 +8,10 @@ use std::process::Stdio;
 use anyhow::{bail, Context};
 use mysql_async::prelude::Queryable;
 
+/// How often `up` runs `scripts/stack up` before it gives up, and the pause between.
+const UP_ATTEMPTS: u32 = 3;
+const UP_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A stack process the harness kills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StackProcess {
@@ -79,8 +83,24 @@ impl Stack {
         Ok(())
     }
 
-    /// `scripts/stack up`: starts whatever is down and waits until all is ready.
+    /// `scripts/stack up`, tried up to three times: a stack process that died on its
+    /// own right after it started (seen once with the Rust NameServer) is started again.
     pub(crate) async fn up(&self) -> anyhow::Result<()> {
+        let mut attempt = 1;
+        loop {
+            match self.up_once().await {
+                Err(error) if attempt < UP_ATTEMPTS => {
+                    eprintln!("outbox-chaos: {error:#}; trying again");
+                    tokio::time::sleep(UP_RETRY_PAUSE).await;
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// `scripts/stack up`: starts whatever is down and waits until all is ready.
+    async fn up_once(&self) -> anyhow::Result<()> {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
         let status = tokio::process::Command::new(&self.script)
             .arg("up")
