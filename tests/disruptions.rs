@@ -135,6 +135,33 @@ async fn a_relay_that_starts_while_the_broker_is_down_waits_for_it_and_loses_not
     collector.shutdown().await;
 }
 
+/// A topic the relay has never used, whose first events arrive while the broker is
+/// down, has no route like every other topic then: held, not FAILED as missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_topic_first_seen_while_the_broker_is_down_is_held_not_failed() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let prefix = unique("new_topic_in_outage");
+    let topic = fresh_topic(&stack).await;
+    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
+    relay.wait_ready().await;
+    stop_broker().await;
+    outbox.insert_tx(&rows(&prefix, &topic, 0, 20)).await;
+    relay.wait_readiness_with(false, &topic, Duration::from_secs(60)).await;
+    assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "a new topic's events FAILED during an outage");
+
+    start_broker();
+    let collector = Collector::start(&stack.namesrv, &topic, &unique("new_topic_in_outage_consumer")).await;
+    eventually("all 20 rows SENT after the broker returned", Duration::from_secs(180), || async {
+        (outbox.count_status(RowStatus::Sent).await == 20).then_some(())
+    })
+    .await;
+    collector.wait_distinct(&format!("{prefix}-"), 20, Duration::from_secs(120)).await;
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_binlog_connection_is_reopened_without_loss() {
     let _serial = SERIAL.lock().await;

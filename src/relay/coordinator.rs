@@ -304,7 +304,8 @@ impl Coordinator {
     ///
     /// A topic with a known queue count (configured, or pinned at an earlier first
     /// use) whose route cannot be read is an outage: the lookup is retried until it
-    /// works. Only a topic that is neither known nor on the cluster fails its events.
+    /// works. Only a topic that is neither known nor on the cluster fails its events,
+    /// and only while the broker serves the known ones.
     async fn start_topic(&mut self, topic: &str) -> Result<Option<TopicLanes>, RelayError> {
         let pinned = self.configured.get(topic).or_else(|| self.pins.get(topic)).copied();
         let part = Part::Route(topic.to_owned());
@@ -326,7 +327,7 @@ impl Coordinator {
                 Err(error) => error,
             };
             match error {
-                PublishError::TopicMissing { .. } if pinned.is_none() => {
+                PublishError::TopicMissing { .. } if pinned.is_none() && self.broker_serves_known_topics().await => {
                     return Ok(Some(self.failing_topic(topic, &error)))
                 }
                 // Routing by another count would move keys between queues: a person decides.
@@ -344,6 +345,24 @@ impl Coordinator {
                 () = self.shutdown.cancelled() => return Ok(None),
             }
         }
+    }
+
+    /// Whether some topic the relay knows (configured or pinned) has a route now. An
+    /// unknown topic without a route only fails its events then: while every known
+    /// topic lacks one too, the broker is down (the NameServer drops a dead broker's
+    /// routes) and the new topic is held like the others. With no known topic at all
+    /// there is nothing to compare with, and the topic is taken as missing.
+    async fn broker_serves_known_topics(&self) -> bool {
+        let known: Vec<&String> = self.configured.keys().chain(self.pins.keys()).collect();
+        if known.is_empty() {
+            return true;
+        }
+        for topic in known {
+            if self.publisher.live_queues(topic).await.is_ok_and(|queues| !queues.is_empty()) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Pins the topic's queue count (durable before its first send, so a restart

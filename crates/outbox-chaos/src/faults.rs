@@ -64,8 +64,10 @@ fn target(fleet: &Fleet) -> anyhow::Result<usize> {
 }
 
 /// Starts a new binary log on the replica at `url` and purges every older one; fails
-/// unless only the new one is left (a purge the server refused would leave the
-/// relays' position in place, and the fault would prove nothing).
+/// unless only the new one is left within `PURGE_WITHIN` (a purge the server refused
+/// would leave the relays' position in place, and the fault would prove nothing). The
+/// server keeps a log a binlog dump thread still reads; the dump threads of killed
+/// relays end once the server notices, so the purge is repeated until then.
 async fn purge_all_but_the_current_log(url: &str) -> anyhow::Result<()> {
     let mut conn = mysql_async::Conn::from_url(url).await.context("connect to the source replica")?;
     conn.query_drop("FLUSH BINARY LOGS").await.context("FLUSH BINARY LOGS")?;
@@ -73,13 +75,26 @@ async fn purge_all_but_the_current_log(url: &str) -> anyhow::Result<()> {
     let current: String = status
         .and_then(|row| row.get(0))
         .context("SHOW MASTER STATUS returned no file: is the binary log on?")?;
-    conn.query_drop(format!("PURGE BINARY LOGS TO '{current}'")).await.context("PURGE BINARY LOGS")?;
-    let logs: Vec<mysql_async::Row> = conn.query("SHOW BINARY LOGS").await.context("SHOW BINARY LOGS")?;
-    let logs: Vec<String> = logs.into_iter().filter_map(|row| row.get(0)).collect();
-    anyhow::ensure!(logs == [current.clone()], "binary logs older than {current} survived the purge: {logs:?}");
+    let until = tokio::time::Instant::now() + PURGE_WITHIN;
+    loop {
+        conn.query_drop(format!("PURGE BINARY LOGS TO '{current}'")).await.context("PURGE BINARY LOGS")?;
+        let logs: Vec<mysql_async::Row> = conn.query("SHOW BINARY LOGS").await.context("SHOW BINARY LOGS")?;
+        let logs: Vec<String> = logs.into_iter().filter_map(|row| row.get(0)).collect();
+        if logs == [current.clone()] {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < until,
+            "binary logs older than {current} survived the purge for {PURGE_WITHIN:?}: {logs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     conn.disconnect().await?;
     Ok(())
 }
+
+/// How long a purge may wait for the dump threads of killed relays to end.
+const PURGE_WITHIN: Duration = Duration::from_secs(30);
 
 /// SIGKILL of a stack process; `scripts/stack up` after `down`.
 async fn restart(stack: &Stack, process: StackProcess, down: Duration) -> anyhow::Result<()> {

@@ -148,6 +148,7 @@ impl<'a> Run<'a> {
         if let Err(error) = self.stack.up().await {
             eprintln!("outbox-chaos: the stack is not whole before settling: {error:#}");
         }
+        self.fleet.start_baseline()?;
         if let Some(rest) = Duration::from_secs(self.options.duration).checked_sub(started.elapsed()) {
             tokio::time::sleep(rest).await;
         }
