@@ -6,7 +6,7 @@
 //! | 1 | a bug: a task panicked, or an unexpected internal error | read the log line, file a bug; restarting is safe |
 //! | 2 | bad configuration or usage | fix the key the message names |
 //! | 3 | a dependency is unreachable (database, broker) | start it / fix the address; restarting is safe |
-//! | 4 | the environment is wrong (credentials, database name, MySQL settings, privileges, topic, table), or `check` found a FAIL | fix what the message names; restarting before that cannot help |
+//! | 4 | the environment is wrong (credentials, database name, MySQL settings, privileges, table, a changed pinned queue count; a missing topic for `check` and `admin` only), or `check` found a FAIL | fix what the message names; restarting before that cannot help |
 //! | 5 | the local checkpoint is unreadable | move the checkpoint directory aside (the message says what follows) |
 //! | 6 | a second SIGTERM / Ctrl-C during the drain: stopped at once | nothing: the next leader resumes from the last checkpoint (duplicates at most, no loss) |
 //! | 7 | `reconcile` found differences between the outbox and the consumer's dedup table | look into the events it lists |

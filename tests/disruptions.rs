@@ -15,7 +15,7 @@ use common::events::{all_sent, assert_per_key_order, consumed_all, Events};
 use common::load::Load;
 use common::outbox::{Row, TestOutbox};
 use common::relay::{RelayOptions, RelayProcess};
-use common::{eventually, fresh_topic, unique, Stack};
+use common::{eventually, fresh_topic, unique, Stack, TEST_TOPIC_QUEUES};
 use mysql_async::prelude::Queryable;
 use outbox_kit::RowStatus;
 
@@ -115,11 +115,15 @@ async fn a_relay_that_starts_while_the_broker_is_down_waits_for_it_and_loses_not
     let stack = Stack::from_env();
     let outbox = TestOutbox::create(&stack).await;
     let prefix = unique("broker_down_at_start");
-    let configured = "t-order-event";
+    let configured = fresh_topic(&stack).await;
+    let configured = configured.as_str();
+    let options = RelayOptions::new(outbox.name())
+        .env(&format!("OUTBOX_RELAY__ROCKETMQ__TOPICS__{configured}__QUEUE_COUNT"), TEST_TOPIC_QUEUES);
     stop_broker().await;
-    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
+    let mut relay = RelayProcess::start(&stack, &options);
     outbox.insert_tx(&rows(&prefix, configured, 0, 20)).await;
-    let readiness = relay.wait_readiness_with(false, configured, Duration::from_secs(60)).await;
+    let held = format!("{configured} has no usable route");
+    let readiness = relay.wait_readiness_with(false, &held, Duration::from_secs(60)).await;
     assert!(readiness.contains(r#""role":"leader""#), "the leader holds the topic's events: {readiness}");
     assert_eq!(outbox.count_status(RowStatus::Sent).await, 0, "SENT while the broker was down");
     assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "FAILED during an outage");
@@ -148,7 +152,7 @@ async fn a_new_topic_first_seen_while_the_broker_is_down_is_held_not_failed() {
     relay.wait_ready().await;
     stop_broker().await;
     outbox.insert_tx(&rows(&prefix, &topic, 0, 20)).await;
-    relay.wait_readiness_with(false, &topic, Duration::from_secs(60)).await;
+    relay.wait_readiness_with(false, &format!("{topic} has no usable route"), Duration::from_secs(60)).await;
     assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "a new topic's events FAILED during an outage");
 
     start_broker();

@@ -35,6 +35,10 @@ use crate::source::{Admitted, BinlogPosition, InFlight, Origin};
 use crate::store::Sent;
 use crate::supervise::Supervisor;
 
+/// How long the route lookup of a known topic may take when judging whether the
+/// broker serves anything (the client's own limit is a minute).
+const KNOWN_ROUTE_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// How long shutdown waits for in-flight sends before the final checkpoint.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often progress is logged.
@@ -358,7 +362,8 @@ impl Coordinator {
             return true;
         }
         for topic in known {
-            if self.publisher.live_queues(topic).await.is_ok_and(|queues| !queues.is_empty()) {
+            let lookup = tokio::time::timeout(KNOWN_ROUTE_WITHIN, self.publisher.live_queues(topic)).await;
+            if lookup.is_ok_and(|found| found.is_ok_and(|queues| !queues.is_empty())) {
                 return true;
             }
         }

@@ -250,21 +250,61 @@ async fn lead(
     started.and(joined).and(kept_ok)
 }
 
-/// Checks a configured topic's route at the start of a term. A different queue count
-/// would move keys between queues: a person decides (the error stops the relay). A
-/// topic without a route is also what the NameServer answers while the broker is down
-/// (or the NameServer itself is), so it is never a reason to exit: the coordinator
-/// holds the topic's events and retries its route, and readiness names it.
-async fn check_configured_topic(publisher: &Publisher, topic: &str, count: u32) -> Result<(), RelayError> {
+/// Checks a configured topic's route at the start of a term; `false` when it has none.
+/// A different queue count would move keys between queues: a person decides (the error
+/// stops the relay). A topic without a route is also what the NameServer answers while
+/// the broker is down (or the NameServer itself is), so it is never a reason to exit:
+/// readiness names it, and the coordinator holds the topic's events until it has one.
+async fn configured_topic_routed(
+    publisher: &Publisher,
+    topic: &str,
+    count: u32,
+    health: &Health,
+) -> Result<bool, RelayError> {
     match publisher.pinned_queues(topic, count).await {
-        Ok(_) => Ok(()),
+        Ok(_) => {
+            health.clear(&Part::Route(topic.to_owned()));
+            Ok(true)
+        }
         Err(error @ PublishError::QueueCountMismatch { .. }) => Err(error.into()),
         Err(error) => {
-            tracing::error!(topic, %error, "a configured topic has no route now: the broker or the NameServer is down, or the topic is missing (create it with its queue count); its events are held until it has one");
-            Ok(())
+            let problem = format!("broker: configured topic {topic} has no usable route: the broker or the NameServer is down, or the topic is missing (create it with {count} queues): {error}");
+            tracing::error!(topic, %error, "a configured topic has no route now; its events are held until it has one");
+            health.problem(Part::Route(topic.to_owned()), problem);
+            Ok(false)
         }
     }
 }
+
+/// Runs `task` until it ends or `stop` is cancelled.
+async fn until_stopped(
+    task: impl std::future::Future<Output = Result<(), RelayError>>,
+    stop: CancellationToken,
+) -> Result<(), RelayError> {
+    tokio::select! {
+        result = task => result,
+        () = stop.cancelled() => Ok(()),
+    }
+}
+
+/// Re-checks a configured topic without a route until it has one, so readiness turns
+/// green again even when none of its events arrives meanwhile.
+async fn watch_configured_route(
+    publisher: Arc<Publisher>,
+    topic: String,
+    count: u32,
+    health: Health,
+) -> Result<(), RelayError> {
+    loop {
+        tokio::time::sleep(ROUTE_RECHECK).await;
+        if configured_topic_routed(&publisher, &topic, count, &health).await? {
+            return Ok(());
+        }
+    }
+}
+
+/// How often a configured topic without a route is looked up again.
+const ROUTE_RECHECK: Duration = Duration::from_secs(2);
 
 /// Gives the lease back so a standby takes over at its next try (within 250 ms).
 async fn release_lease(lease: &LeaseStore, term: &Term) {
@@ -343,7 +383,10 @@ async fn start_pipeline(
     let configured: HashMap<String, u32> =
         config.rocketmq.topics.iter().map(|(t, c)| (t.clone(), c.queue_count)).collect();
     for (topic, count) in &configured {
-        check_configured_topic(&publisher, topic, *count).await?;
+        if !configured_topic_routed(&publisher, topic, *count, health).await? {
+            let watch = watch_configured_route(Arc::clone(&publisher), topic.clone(), *count, health.clone());
+            supervisor.spawn("configured topic route", until_stopped(watch, shutdown.clone()));
+        }
     }
     supervisor.spawn("broker probe", ok(Arc::clone(&publisher).probe(shutdown.clone())));
     let held = HeldKeys::default();

@@ -16,7 +16,8 @@ pub(crate) struct Tally {
     pub(crate) worst_recovery: Duration,
     /// Faults after which no relay led and was ready within the deadline.
     pub(crate) unrecovered: usize,
-    /// Relays that exited on their own after such a fault.
+    /// Relays that exited on their own after such a fault (a violation: an outage must
+    /// be waited out, a supervisor restarting the relay is no excuse).
     pub(crate) relay_exits: usize,
 }
 
@@ -69,6 +70,10 @@ pub(crate) fn render(
     if unrecovered > 0 {
         violations.push(format!("no ready leader within the recovery deadline after {unrecovered} fault(s)"));
     }
+    let exits: usize = tallies.values().map(|t| t.relay_exits).sum();
+    if exits > 0 {
+        violations.push(format!("relays that exited on their own: {exits} (their exit codes and logs are in the progress lines)"));
+    }
     violations.extend(stopped.map(str::to_owned));
     if violations.is_empty() {
         let _ = writeln!(out, "PASS");
@@ -100,6 +105,14 @@ mod tests {
         let (text, passed) = render("run", &tallies, &Verdict::default(), None);
         assert!(!passed);
         assert!(text.contains("| broker SIGKILL | 1 | 0.0 s | 1 | 0 | 0 |"), "{text}");
+    }
+
+    #[test]
+    fn a_relay_that_exits_on_its_own_fails_the_report() {
+        let tallies = BTreeMap::from([(FaultKind::BrokerKill, Tally { injected: 1, relay_exits: 2, ..Default::default() })]);
+        let (text, passed) = render("run", &tallies, &Verdict::default(), None);
+        assert!(!passed);
+        assert!(text.contains("VIOLATION: relays that exited on their own: 2"), "{text}");
     }
 
     #[test]
