@@ -105,6 +105,27 @@ async fn broker_down_marks_nothing_sent_and_everything_is_delivered_after_it_ret
     collector.shutdown().await;
 }
 
+/// Starts the broker again, then waits until all `count` rows are SENT and consumed from
+/// `topic`, and the relay stops cleanly.
+async fn all_delivered_once_the_broker_returns(
+    stack: &Stack,
+    outbox: &TestOutbox,
+    mut relay: RelayProcess,
+    topic: &str,
+    prefix: &str,
+    count: usize,
+) {
+    start_broker();
+    let collector = Collector::start(&stack.namesrv, topic, &unique("after_outage_consumer")).await;
+    eventually(&format!("all {count} rows SENT after the broker returned"), Duration::from_secs(180), || async {
+        (outbox.count_status(RowStatus::Sent).await == count).then_some(())
+    })
+    .await;
+    collector.wait_distinct(&format!("{prefix}-"), count, Duration::from_secs(120)).await;
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
+
 /// A leader that starts its term while the broker is down finds no route for its
 /// configured topic (the NameServer drops a dead broker's routes): that is an outage
 /// to wait out, not a missing topic to exit on (an exit 4 would also keep systemd
@@ -128,15 +149,7 @@ async fn a_relay_that_starts_while_the_broker_is_down_waits_for_it_and_loses_not
     assert_eq!(outbox.count_status(RowStatus::Sent).await, 0, "SENT while the broker was down");
     assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "FAILED during an outage");
 
-    start_broker();
-    let collector = Collector::start(&stack.namesrv, configured, &unique("broker_down_at_start_consumer")).await;
-    eventually("all 20 rows SENT after the broker returned", Duration::from_secs(180), || async {
-        (outbox.count_status(RowStatus::Sent).await == 20).then_some(())
-    })
-    .await;
-    collector.wait_distinct(&format!("{prefix}-"), 20, Duration::from_secs(120)).await;
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    all_delivered_once_the_broker_returns(&stack, &outbox, relay, configured, &prefix, 20).await;
 }
 
 /// A topic the relay has never used, whose first events arrive while the broker is
@@ -155,15 +168,7 @@ async fn a_new_topic_first_seen_while_the_broker_is_down_is_held_not_failed() {
     relay.wait_readiness_with(false, &format!("{topic} has no usable route"), Duration::from_secs(60)).await;
     assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "a new topic's events FAILED during an outage");
 
-    start_broker();
-    let collector = Collector::start(&stack.namesrv, &topic, &unique("new_topic_in_outage_consumer")).await;
-    eventually("all 20 rows SENT after the broker returned", Duration::from_secs(180), || async {
-        (outbox.count_status(RowStatus::Sent).await == 20).then_some(())
-    })
-    .await;
-    collector.wait_distinct(&format!("{prefix}-"), 20, Duration::from_secs(120)).await;
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    all_delivered_once_the_broker_returns(&stack, &outbox, relay, &topic, &prefix, 20).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
