@@ -199,7 +199,7 @@ impl Fleet {
             if !reaped.is_empty() {
                 exits.extend(reaped);
                 if let Err(error) = self.start_baseline() {
-                    eprintln!("outbox-chaos: restarting a relay failed: {error:#}");
+                    tracing::error!("restarting a relay failed: {error:#}");
                 }
             }
             if self.running().into_iter().any(|slot| self.asks(slot, RelayProcess::ready_leader)) {

@@ -45,7 +45,7 @@ pub async fn run(options: Options) -> anyhow::Result<Outcome> {
     let schedule = Schedule::draw(seed, options.cycles, options.kills, lease);
     let dir = std::env::temp_dir().join(format!("outbox-chaos-{seed}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-    eprintln!("outbox-chaos: seed {seed}, {} faults, logs in {}", schedule.faults.len(), dir.display());
+    tracing::info!("seed {seed}, {} faults, logs in {}", schedule.faults.len(), dir.display());
     let stack = Stack::from_env(&dir.join("stack.log"))?;
     stack.up().await?;
     let mut run = Run::prepare(&options, stack, &dir).await?;
@@ -133,7 +133,7 @@ impl<'a> Run<'a> {
             injected.push(Injected { kind: fault.kind, started_ms: now_ms() });
             if let Err(error) = faults::inject(&self.stack, &mut self.fleet, fault).await {
                 let stopped = format!("the schedule stopped at fault {} ({}): {error:#}", n + 1, fault.kind.name());
-                eprintln!("outbox-chaos: {stopped}");
+                tracing::error!("{stopped}");
                 self.stopped = Some(stopped);
                 break;
             }
@@ -143,17 +143,17 @@ impl<'a> Run<'a> {
             let outcome =
                 recovered.map_or("NOT RECOVERED".to_owned(), |d| format!("ready leader after {:.1} s", d.as_secs_f64()));
             let (held, total) = (fault.hold.as_secs_f64(), schedule.faults.len());
-            eprintln!("outbox-chaos: [{}/{total}] {} (held {held:.1} s): {outcome}", n + 1, fault.kind.name());
+            tracing::info!("[{}/{total}] {} (held {held:.1} s): {outcome}", n + 1, fault.kind.name());
         }
         if let Err(error) = self.stack.up().await {
-            eprintln!("outbox-chaos: the stack is not whole before settling: {error:#}");
+            tracing::error!("the stack is not whole before settling: {error:#}");
         }
         self.fleet.start_baseline()?;
         if let Some(rest) = Duration::from_secs(self.options.duration).checked_sub(started.elapsed()) {
             tokio::time::sleep(rest).await;
         }
         let written = load.finish().await?;
-        eprintln!("outbox-chaos: load stopped after {:.0} s; settling", started.elapsed().as_secs_f64());
+        tracing::info!("load stopped after {:.0} s; settling", started.elapsed().as_secs_f64());
         self.settle(Duration::from_secs(self.options.settle_secs)).await?;
         let rows = stored_rows(&self.pool, &self.table).await?;
         Ok((Verdict::compute(&written, &rows, &self.consumer.received(), &injected), tallies))
@@ -176,12 +176,12 @@ impl<'a> Run<'a> {
         let started = Instant::now();
         while started.elapsed() < deadline {
             if self.settled().await? {
-                eprintln!("outbox-chaos: settled in {:.1} s", started.elapsed().as_secs_f64());
+                tracing::info!("settled in {:.1} s", started.elapsed().as_secs_f64());
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
-        eprintln!("outbox-chaos: not settled within {deadline:?}");
+        tracing::warn!("not settled within {deadline:?}");
         Ok(())
     }
 
@@ -217,7 +217,7 @@ fn record(tally: &mut Tally, recovered: Option<Duration>, exits: &[UnplannedExit
     }
     tally.relay_exits += exits.len();
     for exit in exits {
-        eprintln!("outbox-chaos: relay {} exited on its own ({:?}); log {}", exit.slot, exit.code, exit.log.display());
+        tracing::error!("relay {} exited on its own ({:?}); log {}", exit.slot, exit.code, exit.log.display());
     }
 }
 

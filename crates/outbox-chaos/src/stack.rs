@@ -90,7 +90,7 @@ impl Stack {
         loop {
             match self.up_once().await {
                 Err(error) if attempt < UP_ATTEMPTS => {
-                    eprintln!("outbox-chaos: {error:#}; trying again");
+                    tracing::warn!("{error:#}; trying again");
                     tokio::time::sleep(UP_RETRY_PAUSE).await;
                     attempt += 1;
                 }
