@@ -37,7 +37,7 @@ use crate::supervise::Supervisor;
 
 /// How long the route lookup of a known topic may take when judging whether the
 /// broker serves anything (the client's own limit is a minute).
-const KNOWN_ROUTE_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
+const KNOWN_ROUTE_WITHIN: Duration = Duration::from_secs(3);
 
 /// How long shutdown waits for in-flight sends before the final checkpoint.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
