@@ -52,7 +52,7 @@ pub async fn ping(namesrv: &str, topic: &str, queues: u32) -> Result<SendReceipt
             biz_key: "ping".to_owned(),
             topic: topic.to_owned(),
             payload: Bytes::from_static(b"{\"ping\":true}"),
-            created_local_ms: None,
+            created_local_us: None,
         };
         producer.send_batch(&queue, std::slice::from_ref(&probe)).await
     }

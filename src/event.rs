@@ -15,17 +15,18 @@ pub struct OutboxEvent {
     pub topic: String,
     /// The message body, sent as is.
     pub payload: Bytes,
-    /// The row's `created_at` in milliseconds, read as if the database's local time
-    /// were UTC (a DATETIME carries no zone); `None` for a table without the column.
-    pub created_local_ms: Option<i64>,
+    /// The row's `created_at` in microseconds (as precise as the column), read as if
+    /// the database's local time were UTC (a DATETIME carries no zone); `None` for a
+    /// table without the column.
+    pub created_local_us: Option<i64>,
 }
 
-/// A DATETIME value as milliseconds, read as if it were UTC; `None` for anything else.
-pub fn local_millis(value: &Value) -> Option<i64> {
+/// A DATETIME value as microseconds, read as if it were UTC; `None` for anything else.
+pub fn local_micros(value: &Value) -> Option<i64> {
     let Value::Date(year, month, day, hour, minute, second, micros) = *value else { return None };
     let date = chrono::NaiveDate::from_ymd_opt(i32::from(year), u32::from(month), u32::from(day))?;
     let time = date.and_hms_micro_opt(u32::from(hour), u32::from(minute), u32::from(second), micros)?;
-    Some(time.and_utc().timestamp_millis())
+    Some(time.and_utc().timestamp_micros())
 }
 
 #[cfg(test)]
@@ -38,7 +39,7 @@ impl OutboxEvent {
             biz_key: "k".into(),
             topic: "t".into(),
             payload: Bytes::from_static(b"{}"),
-            created_local_ms: None,
+            created_local_us: None,
         }
     }
 }
@@ -48,9 +49,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_datetime_is_read_to_the_millisecond() {
+    fn a_datetime_is_read_to_the_microsecond() {
         let value = Value::Date(2026, 12, 1, 10, 30, 5, 123_456);
-        assert_eq!(local_millis(&value), Some(1_796_121_005_123));
-        assert_eq!(local_millis(&Value::Int(5)), None);
+        assert_eq!(local_micros(&value), Some(1_796_121_005_123_456));
+        assert_eq!(local_micros(&Value::Int(5)), None);
     }
 }

@@ -98,7 +98,7 @@ async fn sync_send_is_send_ok_with_msg_id_and_a_real_consumer_gets_body_keys_and
         biz_key: "order-77".to_owned(),
         topic: topic.clone(),
         payload: Bytes::from_static(br#"{"order":77,"paid":true}"#),
-        created_local_ms: None,
+        created_local_us: None,
     };
     let receipt = producer.send_batch(&queues[3], std::slice::from_ref(&event)).await.expect("SEND_OK");
     assert_eq!(receipt.msg_ids.len(), 1);

@@ -51,12 +51,12 @@ impl Recorder {
     }
 
     fn measure_sent(&self, events: &[LaneEvent], at: SystemTime) {
-        let at_ms = at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as f64).unwrap_or_default();
+        let at_us = at.duration_since(UNIX_EPOCH).map(|d| d.as_micros() as f64).unwrap_or_default();
         let swept = events.iter().filter(|e| e.swept()).count();
         self.metrics.published(Path::Sweep, swept);
         self.metrics.published(Path::Binlog, events.len() - swept);
-        for created_ms in events.iter().filter_map(|e| self.metrics.lag.created_unix_ms(e.event.created_local_ms?)) {
-            self.metrics.commit_to_ack.observe(((at_ms - created_ms as f64) / 1000.0).max(0.0));
+        for created_us in events.iter().filter_map(|e| self.metrics.lag.created_unix_us(e.event.created_local_us?)) {
+            self.metrics.commit_to_ack.observe(((at_us - created_us as f64) / 1e6).max(0.0));
         }
         self.inflight.dec_by(i64::try_from(events.len()).unwrap_or(i64::MAX));
     }

@@ -31,8 +31,8 @@ pub struct LagClocks {
     expire_secs: AtomicU64,
     /// The reader's position: the end of the last transaction it read.
     read_position: Mutex<Option<(String, u64)>>,
-    /// Milliseconds the primary's local clock reading is ahead of this host's clock.
-    db_ahead_ms: AtomicI64,
+    /// Microseconds the primary's local clock reading is ahead of this host's clock.
+    db_ahead_us: AtomicI64,
 }
 
 impl Default for LagClocks {
@@ -42,7 +42,7 @@ impl Default for LagClocks {
             saved_through_ms: AtomicU64::new(0),
             expire_secs: AtomicU64::new(EXPIRY_UNKNOWN),
             read_position: Mutex::new(None),
-            db_ahead_ms: AtomicI64::new(AHEAD_UNKNOWN),
+            db_ahead_us: AtomicI64::new(AHEAD_UNKNOWN),
         }
     }
 }
@@ -81,17 +81,17 @@ impl LagClocks {
         self.expire_secs.store(secs, Ordering::Relaxed);
     }
 
-    /// The primary's local clock reads `ms` ahead of this host's clock.
-    pub fn db_ahead(&self, ms: i64) {
-        self.db_ahead_ms.store(ms, Ordering::Relaxed);
+    /// The primary's local clock reads `us` microseconds ahead of this host's clock.
+    pub fn db_ahead(&self, us: i64) {
+        self.db_ahead_us.store(us, Ordering::Relaxed);
     }
 
-    /// The instant (unix milliseconds, this host's clock) of a primary's DATETIME read
+    /// The instant (unix microseconds, this host's clock) of a primary's DATETIME read
     /// as if it were UTC, once the primary's clock has been read.
-    pub fn created_unix_ms(&self, local_ms: i64) -> Option<i64> {
-        match self.db_ahead_ms.load(Ordering::Relaxed) {
+    pub fn created_unix_us(&self, local_us: i64) -> Option<i64> {
+        match self.db_ahead_us.load(Ordering::Relaxed) {
             AHEAD_UNKNOWN => None,
-            ahead => Some(local_ms - ahead),
+            ahead => Some(local_us - ahead),
         }
     }
 
@@ -162,9 +162,9 @@ mod tests {
     #[test]
     fn created_at_is_shifted_by_the_primarys_clock_once_known() {
         let clocks = LagClocks::default();
-        assert_eq!(clocks.created_unix_ms(3_600_000), None);
-        clocks.db_ahead(3_600_000);
-        assert_eq!(clocks.created_unix_ms(3_600_500), Some(500));
+        assert_eq!(clocks.created_unix_us(3_600_000_000), None);
+        clocks.db_ahead(3_600_000_000);
+        assert_eq!(clocks.created_unix_us(3_600_000_500), Some(500));
     }
 
     #[test]

@@ -34,13 +34,14 @@ pub async fn watch_outbox(status: StatusStore, metrics: RelayMetrics, stop: Canc
         let measured = async {
             let backlog = status.backlog().await?;
             let counts = status.row_counts(poll % SENT_COUNT_EVERY == 0).await?;
-            Ok::<_, mysql_async::Error>((backlog, counts))
+            let db_ahead = status.db_ahead_us().await?;
+            Ok::<_, mysql_async::Error>((backlog, counts, db_ahead))
         };
         match measured.await {
-            Ok((backlog, counts)) => {
+            Ok((backlog, counts, db_ahead)) => {
                 failing.over("the outbox backlog");
                 metrics.oldest_pending_seconds.set(backlog.oldest_waiting_secs);
-                if let Some(ahead) = backlog.db_ahead_ms {
+                if let Some(ahead) = db_ahead {
                     metrics.lag.db_ahead(ahead);
                 }
                 metrics.outbox_rows(&counts);

@@ -104,7 +104,7 @@ mod tests {
             biz_key: "k".into(),
             topic: "t".into(),
             payload: Bytes::from(vec![b'x'; payload_bytes]),
-            created_local_ms: None,
+            created_local_us: None,
         };
         SourceTx { events: (0..n).map(event).collect(), origin: Origin::Sweep { retry_counts: vec![0; n as usize] } }
     }

@@ -27,7 +27,7 @@ use outbox_kit::{truncate_utf8, OutboxTable};
 use super::status::key_params;
 use super::{has_index, keyed, RowKey, TermFence, CLAIM_INDEX, FAILED, KEY_ORDER_INDEX, PENDING, SENDING};
 use crate::config::{ClaimMethod, FailedKeyPolicy};
-use crate::event::{local_millis, OutboxEvent};
+use crate::event::{local_micros, OutboxEvent};
 
 /// What a claim reads of each row.
 const SELECTED_COLUMNS: &str = "id, event_id, biz_key, topic, payload, retry_count, created_at";
@@ -404,8 +404,8 @@ fn to_event(row: Row) -> Result<(OutboxEvent, u32), Malformed> {
     let id = row.get_opt::<u64, _>(0).and_then(Result::ok).unwrap_or_default();
     let (id, event_id, biz_key, topic, payload, retry_count, created_at) = mysql_async::from_row_opt::<Columns>(row)
         .map_err(|e| Malformed { id, reason: format!("the row cannot be read as an outbox event: {e}") })?;
-    let created_local_ms = local_millis(&created_at);
-    let event = OutboxEvent { id, event_id, biz_key, topic, payload: Bytes::from(payload), created_local_ms };
+    let created_local_us = local_micros(&created_at);
+    let event = OutboxEvent { id, event_id, biz_key, topic, payload: Bytes::from(payload), created_local_us };
     Ok((event, retry_count))
 }
 

@@ -4,6 +4,7 @@
 //! read-only reconciliation against a consumer's dedup table.
 
 mod claims;
+mod clock;
 mod lease;
 mod manual;
 mod reconcile;

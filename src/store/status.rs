@@ -13,8 +13,6 @@ use mysql_async::{Params, Pool, Value};
 
 use outbox_kit::{truncate_utf8, OutboxTable, RowStatus};
 
-use crate::event::local_millis;
-
 use super::{keyed, RowKey, TermFence, FAILED, PENDING, SENDING, SENT, SKIPPED};
 
 /// `last_error` column width.
@@ -35,9 +33,6 @@ pub struct Backlog {
     /// Rows waiting: PENDING, and SENDING whose lease has passed.
     pub waiting: u64,
     pub oldest_waiting_secs: f64,
-    /// Milliseconds the database's local clock reading (its `NOW(3)`, in the default
-    /// time zone its sessions write `created_at` in) is ahead of this host's clock.
-    pub db_ahead_ms: Option<i64>,
 }
 
 /// One row to mark SENT.
@@ -85,30 +80,26 @@ impl StatusStore {
 
     /// How many rows wait to be sent (PENDING, or SENDING whose lease has passed or
     /// was never set) and how late the oldest is, in seconds of the database's own
-    /// clock; and how far the database's local clock reading is ahead of this host's
-    /// (its time zone and any skew between the hosts), to the round trip's middle.
+    /// clock.
     pub async fn backlog(&self) -> Result<Backlog, mysql_async::Error> {
-        let mut conn = self.pool.get_conn().await?;
-        let asked = SystemTime::now();
-        // The binary protocol, so NOW(3) comes back as a date, not as text.
-        let row: Option<(u64, Option<i64>, Value)> = conn
-            .exec_first(
-                format!(
-                    "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(3)), NOW(3) \
-                     FROM {} WHERE status = {PENDING} OR (status = {SENDING} AND (lease_until IS NULL OR lease_until < NOW(3)))",
-                    self.outbox.qualified()
-                ),
-                (),
-            )
+        let row: Option<(u64, Option<i64>)> = self
+            .pool
+            .get_conn()
+            .await?
+            .query_first(format!(
+                "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(3)) \
+                 FROM {} WHERE status = {PENDING} OR (status = {SENDING} AND (lease_until IS NULL OR lease_until < NOW(3)))",
+                self.outbox.qualified()
+            ))
             .await?;
-        let answered = SystemTime::now();
-        let (waiting, micros, now) = row.unwrap_or((0, None, Value::NULL));
-        let middle = unix_millis(asked) / 2 + unix_millis(answered) / 2;
-        Ok(Backlog {
-            waiting,
-            oldest_waiting_secs: micros.unwrap_or(0).max(0) as f64 / 1e6,
-            db_ahead_ms: local_millis(&now).map(|db| db - middle),
-        })
+        let (waiting, micros) = row.unwrap_or((0, None));
+        Ok(Backlog { waiting, oldest_waiting_secs: micros.unwrap_or(0).max(0) as f64 / 1e6 })
+    }
+
+    /// How far the primary's local clock reading (in the time zone its sessions write
+    /// `created_at` in) is ahead of this host's clock, in microseconds.
+    pub async fn db_ahead_us(&self) -> Result<Option<i64>, mysql_async::Error> {
+        super::clock::db_ahead_us(&self.pool).await
     }
 
     /// Rows per status; SENT rows (the whole retention window, the costly count) only
@@ -173,18 +164,29 @@ impl StatusStore {
     }
 }
 
-/// Milliseconds since the epoch.
-fn unix_millis(at: SystemTime) -> i64 {
-    at.duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// `seconds.millis` since the epoch, as text (exact in SQL, unlike a double).
+/// `seconds.millis` since the epoch, rounded to the nearest millisecond (the column's
+/// precision), as text (exact in SQL, unlike a double).
 fn unix_millis_text(at: SystemTime) -> String {
-    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
-    format!("{}.{:03}", since.as_secs(), since.subsec_millis())
+    let millis = (at.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros() + 500) / 1000;
+    format!("{}.{:03}", millis / 1000, millis % 1000)
 }
 
 /// The parameters naming `rows`: id and event_id of each, in order.
 pub(super) fn key_params(rows: &[RowKey<'_>]) -> Vec<Value> {
     rows.iter().flat_map(|r| [Value::from(r.id), Value::from(r.event_id)]).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn sent_at_is_rounded_to_the_nearest_millisecond() {
+        let at = |micros| UNIX_EPOCH + Duration::from_micros(micros);
+        assert_eq!(unix_millis_text(at(1_796_121_005_123_499)), "1796121005.123");
+        assert_eq!(unix_millis_text(at(1_796_121_005_123_500)), "1796121005.124");
+        assert_eq!(unix_millis_text(at(1_796_121_005_999_700)), "1796121006.000");
+    }
 }

@@ -37,7 +37,7 @@ impl Workload {
             biz_key: self.biz_key(i),
             topic: self.topic.clone(),
             payload: Bytes::from(self.payload(i)),
-            created_local_ms: None,
+            created_local_us: None,
         }
     }
 }

@@ -41,7 +41,7 @@ use super::mariadb;
 use super::prepared::PreparedXa;
 use super::statement::{Statement, XaStatement};
 use super::xa::{XaPrepare, Xid};
-use crate::event::{local_millis, OutboxEvent};
+use crate::event::{local_micros, OutboxEvent};
 use crate::source::BinlogPosition;
 use crate::source::SourceTx;
 
@@ -442,13 +442,13 @@ impl Decoder {
         let event_id = text(cloned(&row, columns.event_id, "event_id")?, "event_id")?;
         let biz_key = text(cloned(&row, columns.biz_key, "biz_key")?, "biz_key")?;
         let topic = text(cloned(&row, columns.topic, "topic")?, "topic")?;
-        let created_local_ms = columns.created_at.and_then(|index| row.as_ref(index)).and_then(|value| {
+        let created_local_us = columns.created_at.and_then(|index| row.as_ref(index)).and_then(|value| {
             let value = Value::try_from(value.clone()).ok()?;
-            local_millis(&value)
+            local_micros(&value)
         });
         // The payload is the big value: taken, not copied.
         let payload = self.payload(row.take(columns.payload).ok_or_else(|| missing("payload"))?, pos)?;
-        Ok(OutboxEvent { id, event_id, biz_key, topic, payload, created_local_ms })
+        Ok(OutboxEvent { id, event_id, biz_key, topic, payload, created_local_us })
     }
 
     /// The payload's bytes: text as it is, MySQL's binary JSON as the text MySQL prints.
@@ -695,17 +695,17 @@ mod tests {
             .iter()
             .map(|e| {
                 let payload = std::str::from_utf8(&e.payload).unwrap_or("not UTF-8");
-                (e.event_id.as_str(), e.biz_key.as_str(), e.topic.as_str(), payload, e.created_local_ms)
+                (e.event_id.as_str(), e.biz_key.as_str(), e.topic.as_str(), payload, e.created_local_us)
             })
             .collect();
         // 2026-12-01 10:00:00 UTC is 1_796_119_200 s after the epoch.
         assert_eq!(
             fields,
             [
-                ("before-1", "order-1", "orders", r#"{"n": 1}"#, Some(1_796_119_200_125)),
-                ("before-2", "order-2", "orders", r#"{"n": 2}"#, Some(1_796_119_200_250)),
-                ("after-1", "order-1", "orders", r#"{"n": 3}"#, Some(1_796_119_201_500)),
-                ("moved-1", "order-3", "payments", r#"{"n": 4}"#, Some(1_796_119_202_750)),
+                ("before-1", "order-1", "orders", r#"{"n": 1}"#, Some(1_796_119_200_125_000)),
+                ("before-2", "order-2", "orders", r#"{"n": 2}"#, Some(1_796_119_200_250_000)),
+                ("after-1", "order-1", "orders", r#"{"n": 3}"#, Some(1_796_119_201_500_000)),
+                ("moved-1", "order-3", "payments", r#"{"n": 4}"#, Some(1_796_119_202_750_000)),
             ]
         );
         assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), [1, 2, 3, 4]);
@@ -848,7 +848,7 @@ mod tests {
             (6666, "product_item_value_2", "description_1", "product_item_2_value", &br#"{"c": 1}"#[..])
         );
         // 2022-11-20 (a DATE column) as midnight UTC.
-        assert_eq!(event.created_local_ms, Some(1_668_902_400_000));
+        assert_eq!(event.created_local_us, Some(1_668_902_400_000_000));
 
         // MySQL 8.0.32's compressed transaction: test.tb1 (one INT column) gets the row
         // (1). Read through as another table's; as the outbox, its value reaches the
