@@ -2,8 +2,12 @@
 //!
 //! While UPDATEs run (two at once: their rows are disjoint, so they overlap their
 //! round trips and commits), the next batch accumulates, so the batch size follows
-//! the load. A batch that still fails after a few attempts is logged and dropped: its
-//! rows stay PENDING and the sweep publishes them again (a duplicate, never a loss).
+//! the load. A batch's first row also waits a few milliseconds for company: under a
+//! steady load of small transactions every row would otherwise be its own UPDATE, one
+//! durable commit on the primary per event. The wait shows in no latency (`sent_at`
+//! is the SEND_OK instant) and costs nothing in a drain (batches fill at once).
+//! A batch that still fails after a few attempts is logged and dropped: its rows stay
+//! PENDING and the sweep publishes them again (a duplicate, never a loss).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +26,8 @@ const ATTEMPTS: u32 = 5;
 
 /// UPDATEs in flight at once.
 const CONCURRENT: usize = 2;
+/// How long a batch's first row waits for more before the UPDATE.
+const LINGER: Duration = Duration::from_millis(20);
 
 /// Writes every SENT row that arrives until the channel closes, then waits for the last.
 pub async fn run(status: StatusStore, mut input: mpsc::Receiver<Sent>) {
@@ -32,12 +38,7 @@ pub async fn run(status: StatusStore, mut input: mpsc::Receiver<Sent>) {
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { break };
         let mut batch = Vec::with_capacity(MAX_BATCH);
         batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match input.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
-        }
+        gather(&mut input, &mut batch).await;
         let status = status.clone();
         writes.spawn(async move {
             write(&status, &batch, &backoff).await;
@@ -46,6 +47,19 @@ pub async fn run(status: StatusStore, mut input: mpsc::Receiver<Sent>) {
         while writes.try_join_next().is_some() {}
     }
     while writes.join_next().await.is_some() {}
+}
+
+/// Adds the rows that arrive within [`LINGER`] to `batch`, up to [`MAX_BATCH`]; at
+/// once when the input closes (shutdown).
+async fn gather(input: &mut mpsc::Receiver<Sent>, batch: &mut Vec<Sent>) {
+    let until = tokio::time::Instant::now() + LINGER;
+    while batch.len() < MAX_BATCH {
+        let room = MAX_BATCH - batch.len();
+        match tokio::time::timeout_at(until, input.recv_many(batch, room)).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
 }
 
 async fn write(status: &StatusStore, batch: &[Sent], backoff: &Backoff) {
