@@ -13,6 +13,7 @@
 #![recursion_limit = "512"]
 
 mod cases;
+mod cpu;
 mod options;
 mod report;
 mod rig;

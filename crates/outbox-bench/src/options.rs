@@ -96,6 +96,10 @@ pub struct Options {
     pub writer_url: String,
     #[arg(long, env = "OUTBOX_RELAY_TEST_NAMESRV", default_value = "127.0.0.1:19876")]
     pub namesrv: String,
+    /// The stack's state directory, whose pid files name the MariaDB servers and the
+    /// broker whose CPU each case reports (without it, only the relay's).
+    #[arg(long, env = "OUTBOX_RELAY_TEST_STACK")]
+    pub stack_dir: Option<PathBuf>,
 }
 
 fn parse_env(text: &str) -> Result<(String, String), String> {

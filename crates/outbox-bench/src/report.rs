@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use crate::cpu::{CpuPerEvent, Role};
+
 /// Latency percentiles, milliseconds.
 #[derive(Debug, Clone, Serialize)]
 pub struct Percentiles {
@@ -64,6 +66,16 @@ pub struct Measurement {
     /// The median of the relay's own `relay_commit_to_ack_seconds`, milliseconds, to
     /// set beside `latency.p50_ms` (latency runs).
     pub relay_p50_ms: Option<f64>,
+    /// The bench's own median from each writer's INSERT start (the instant the row's
+    /// `created_at` records, where `relay_commit_to_ack_seconds` starts) to SEND_OK,
+    /// milliseconds (latency runs): `relay_p50_ms` must agree with it; `latency`
+    /// starts later, at the COMMIT's return.
+    pub from_insert_p50_ms: Option<f64>,
+    /// Latency runs: the primary's binlog commits per event beyond the writers' own
+    /// (the relay's SENT write-backs, lease, mirror and claims).
+    pub relay_commits_per_event: Option<f64>,
+    /// CPU per event of each process over the case's window.
+    pub cpu: Option<CpuPerEvent>,
     pub peak_rss_mib: Option<f64>,
 }
 
@@ -82,6 +94,9 @@ impl Measurement {
             offered_per_s: None,
             latency: None,
             relay_p50_ms: None,
+            from_insert_p50_ms: None,
+            relay_commits_per_event: None,
+            cpu: None,
             peak_rss_mib: None,
         }
     }
@@ -104,7 +119,7 @@ pub fn add_ratios(results: &mut [Measurement]) {
 pub fn table(results: &[Measurement], setup: &str) -> String {
     let mut out = format!("\n{setup}\n\n");
     out.push_str(&format!(
-        "{:<8} {:<7} {:>9} {:>8} {:>10} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12}\n",
+        "{:<8} {:<7} {:>9} {:>8} {:>10} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11}\n",
         "case",
         "mode",
         "events",
@@ -116,12 +131,13 @@ pub fn table(results: &[Measurement], setup: &str) -> String {
         "p99 ms",
         "max ms",
         "peak RSS",
-        "relay p50 ms"
+        "relay p50 ms",
+        "from INSERT"
     ));
     for m in results {
         let ms = |f: fn(&Percentiles) -> f64| m.latency.as_ref().map(|p| format!("{:.1}", f(p))).unwrap_or_default();
         out.push_str(&format!(
-            "{:<8} {:<7} {:>9} {:>8.2} {:>10.0} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12}\n",
+            "{:<8} {:<7} {:>9} {:>8.2} {:>10.0} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11}\n",
             m.case,
             m.mode,
             m.events,
@@ -134,6 +150,45 @@ pub fn table(results: &[Measurement], setup: &str) -> String {
             ms(|p| p.max_ms),
             m.peak_rss_mib.map(|r| format!("{r:.0} MiB")).unwrap_or_default(),
             m.relay_p50_ms.map(|p| format!("{p:.1}")).unwrap_or_default(),
+            m.from_insert_p50_ms.map(|p| format!("{p:.1}")).unwrap_or_default(),
+        ));
+    }
+    out.push('\n');
+    out.push_str(&cpu_table(results));
+    out
+}
+
+/// CPU per event of each process, and the throughput those costs allow on this
+/// machine's cores beside the throughput measured.
+fn cpu_table(results: &[Measurement]) -> String {
+    let mut out = format!(
+        "{:<8} {:<7} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>16}\n",
+        "case",
+        "mode",
+        "relay us/ev",
+        "primary",
+        "replicas",
+        "broker",
+        "total",
+        "ceiling/s",
+        "vs ceiling",
+        "relay commits/ev"
+    );
+    for m in results {
+        let Some(cpu) = &m.cpu else { continue };
+        let us = |role| cpu.of(role).map(|us| format!("{us:.1}")).unwrap_or_default();
+        out.push_str(&format!(
+            "{:<8} {:<7} {:>12} {:>12} {:>12} {:>12} {:>12.1} {:>12.0} {:>11.2}x {:>16}\n",
+            m.case,
+            m.mode,
+            us(Role::Relay),
+            us(Role::Primary),
+            us(Role::Replicas),
+            us(Role::Broker),
+            cpu.us_per_event.values().sum::<f64>(),
+            cpu.ceiling_per_s,
+            m.events_per_s / cpu.ceiling_per_s,
+            m.relay_commits_per_event.map(|c| format!("{c:.3}")).unwrap_or_default(),
         ));
     }
     out.push('\n');

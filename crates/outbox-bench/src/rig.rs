@@ -14,6 +14,7 @@ use outbox_test_support::relay::RelayProcess;
 use outbox_test_support::rows::{self, Row};
 pub use outbox_test_support::unique;
 
+use crate::cpu::Processes;
 use crate::options::{Mode, Options};
 use crate::workload::Workload;
 
@@ -60,6 +61,11 @@ impl Rig {
             o.relay_env,
             self.relay_bin.display()
         )
+    }
+
+    /// The processes whose CPU a case reports, with `relay_pid` as the relay's.
+    pub fn processes(&self, relay_pid: u32) -> Processes {
+        Processes::new(relay_pid, self.options.stack_dir.as_deref())
     }
 
     /// A workload on a new topic.
@@ -136,6 +142,13 @@ impl Rig {
     }
 
     /// The source's binlog position now (file, pos).
+    /// Transactions the primary has committed to its binlog since it started.
+    pub async fn binlog_commits(&self) -> anyhow::Result<u64> {
+        let row: Option<(String, u64)> =
+            self.root.get_conn().await?.query_first("SHOW GLOBAL STATUS LIKE 'Binlog_commits'").await?;
+        row.map(|(_, commits)| commits).context("the primary reports no Binlog_commits")
+    }
+
     pub async fn binlog_end(&self) -> anyhow::Result<(String, u64)> {
         let row: Option<mysql_async::Row> = self.root.get_conn().await?.query_first("SHOW MASTER STATUS").await?;
         let row = row.context("binlog is off")?;
@@ -218,6 +231,10 @@ impl RelayChild {
     /// Peak resident memory so far (VmHWM), MiB.
     pub fn peak_rss_mib(&self) -> anyhow::Result<f64> {
         self.0.peak_rss_mib()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.pid()
     }
 
     /// SIGTERM and wait; an error when it does not exit 0.

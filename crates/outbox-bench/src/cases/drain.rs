@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::cpu::CpuPerEvent;
 use crate::options::Mode;
 use crate::report::Measurement;
 use crate::rig::{until, Rig};
@@ -34,6 +35,8 @@ pub async fn backlog(rig: &Rig, mode: Mode, case: &'static str, rows: usize) -> 
     let end = rig.binlog_end().await?;
     let mut relay = rig.relay(mode, &table, &checkpoint)?;
     let ready = relay.wait_ready().await?;
+    let processes = rig.processes(relay.pid());
+    let cpu_before = processes.read()?;
     let send_ok = until("every row SEND_OK", LIMIT, || async {
         Ok(relay.metric_sum("relay_events_published_total").unwrap_or(0.0) >= rows as f64)
     })
@@ -45,7 +48,9 @@ pub async fn backlog(rig: &Rig, mode: Mode, case: &'static str, rows: usize) -> 
         })
         .await?;
     }
+    let cpu_after = processes.read()?;
     let mut measurement = Measurement::throughput(case, mode.name(), rows, (done - ready).as_secs_f64());
+    measurement.cpu = CpuPerEvent::between(&cpu_before, &cpu_after, rows);
     measurement.send_ok_seconds = Some((send_ok - ready).as_secs_f64());
     measurement.peak_rss_mib = Some(relay.peak_rss_mib()?);
     relay.stop()?;

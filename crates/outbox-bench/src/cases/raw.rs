@@ -1,6 +1,7 @@
 //! `raw`: the broker's ceiling for this workload. The same events, from memory, through
 //! the relay's own publish code: routed by the same hash, one ordered sender per queue,
-//! synchronous batches of `batch_size`. No database.
+//! synchronous batches of `batch_size`. No database. Its "relay" CPU is the bench
+//! process's own: the publish code alone.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +13,7 @@ use outbox_relay::relay::route::queue_for;
 use outbox_relay::rocketmq::{prepare, ErrorClass, Prepared, Producer, ProducerSettings};
 use rocketmq_model::common::message::message_queue::MessageQueue;
 
+use crate::cpu::CpuPerEvent;
 use crate::report::Measurement;
 use crate::rig::{unique, Rig};
 
@@ -32,6 +34,8 @@ pub async fn run(rig: &Rig) -> anyhow::Result<Measurement> {
         let event = workload.event(i);
         per_queue[queue_for(HashFunction::Stable, &event.biz_key, o.queues) as usize].push(event);
     }
+    let processes = rig.processes(std::process::id());
+    let cpu_before = processes.read()?;
     let started = Instant::now();
     let mut senders = Vec::new();
     for (queue, events) in queues.into_iter().zip(per_queue) {
@@ -48,10 +52,13 @@ pub async fn run(rig: &Rig) -> anyhow::Result<Measurement> {
         sender.await.context("sender task")??;
     }
     let seconds = started.elapsed().as_secs_f64();
+    let cpu_after = processes.read()?;
     if let Ok(producer) = Arc::try_unwrap(producer) {
         producer.shutdown().await;
     }
-    Ok(Measurement::throughput("raw", "broker", o.events, seconds))
+    let mut measurement = Measurement::throughput("raw", "broker", o.events, seconds);
+    measurement.cpu = CpuPerEvent::between(&cpu_before, &cpu_after, o.events);
+    Ok(measurement)
 }
 
 /// Sends `batch` like a lane does: a broker that cannot take it now (busy, flushing)
