@@ -26,24 +26,22 @@ const SOURCE_POLL: Duration = Duration::from_secs(2);
 pub async fn watch_outbox(status: StatusStore, metrics: RelayMetrics, stop: CancellationToken) {
     let mut tick = tokio::time::interval(OUTBOX_POLL);
     let mut failing = Failing::default();
+    let mut clock_failing = Failing::default();
     for poll in 0u32.. {
         tokio::select! {
             _ = tick.tick() => {}
             () = stop.cancelled() => return,
         }
+        probe_clock(&status, &metrics, &mut clock_failing).await;
         let measured = async {
             let backlog = status.backlog().await?;
             let counts = status.row_counts(poll % SENT_COUNT_EVERY == 0).await?;
-            let db_ahead = status.db_ahead_us().await?;
-            Ok::<_, mysql_async::Error>((backlog, counts, db_ahead))
+            Ok::<_, mysql_async::Error>((backlog, counts))
         };
         match measured.await {
-            Ok((backlog, counts, db_ahead)) => {
+            Ok((backlog, counts)) => {
                 failing.over("the outbox backlog");
                 metrics.oldest_pending_seconds.set(backlog.oldest_waiting_secs);
-                if let Some(ahead) = db_ahead {
-                    metrics.lag.db_ahead(ahead);
-                }
                 metrics.outbox_rows(&counts);
             }
             Err(error) => {
@@ -55,6 +53,21 @@ pub async fn watch_outbox(status: StatusStore, metrics: RelayMetrics, stop: Canc
                 metrics.forget_outbox_rows();
             }
         }
+    }
+}
+
+/// Reads how far the primary's clock is ahead of this host's, which turns `created_at`
+/// into `relay_commit_to_ack_seconds`; a failed probe keeps the offset known before.
+async fn probe_clock(status: &StatusStore, metrics: &RelayMetrics, failing: &mut Failing) {
+    const WHAT: &str = "the primary's clock offset (relay_commit_to_ack_seconds observes nothing until it is first known, then keeps the last one)";
+    match status.db_ahead_us().await {
+        Ok(ahead) => {
+            failing.over(WHAT);
+            if let Some(ahead) = ahead {
+                metrics.lag.db_ahead(ahead);
+            }
+        }
+        Err(error) => failing.once(WHAT, &error),
     }
 }
 

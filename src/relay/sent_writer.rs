@@ -2,10 +2,11 @@
 //!
 //! While UPDATEs run (two at once: their rows are disjoint, so they overlap their
 //! round trips and commits), the next batch accumulates, so the batch size follows
-//! the load. A batch's first row also waits a few milliseconds for company: under a
-//! steady load of small transactions every row would otherwise be its own UPDATE, one
-//! durable commit on the primary per event. The wait shows in no latency (`sent_at`
-//! is the SEND_OK instant) and costs nothing in a drain (batches fill at once).
+//! the load. Once a slot is free, a batch's first row also waits a few milliseconds
+//! for company: under a steady load of small transactions every row would otherwise
+//! be its own UPDATE, one transaction on the primary per event. The wait shows in no
+//! latency (`sent_at` is the SEND_OK instant) and holds up nothing else: the writer is
+//! off the send path, and the checkpoint does not wait for it.
 //! A batch that still fails after a few attempts is logged and dropped: its rows stay
 //! PENDING and the sweep publishes them again (a duplicate, never a loss).
 

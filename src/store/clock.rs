@@ -37,7 +37,7 @@ impl Sample {
 
 /// Microseconds the primary's `NOW(6)` reads ahead of this host's clock; `None` if the
 /// database answered no date.
-pub async fn db_ahead_us(pool: &Pool) -> Result<Option<i64>, mysql_async::Error> {
+pub(super) async fn db_ahead_us(pool: &Pool) -> Result<Option<i64>, mysql_async::Error> {
     let mut conn = pool.get_conn().await?;
     let mut samples = Vec::with_capacity(SAMPLES);
     for _ in 0..SAMPLES {

@@ -71,8 +71,8 @@ pub struct Measurement {
     /// milliseconds (latency runs): `relay_p50_ms` must agree with it; `latency`
     /// starts later, at the COMMIT's return.
     pub from_insert_p50_ms: Option<f64>,
-    /// Latency runs: the primary's binlog commits per event beyond the writers' own
-    /// (the relay's SENT write-backs, lease, mirror and claims).
+    /// Latency runs: the transactions the primary binlogged per event beyond the
+    /// writers' own (the relay's SENT write-backs, lease, mirror and claims).
     pub relay_commits_per_event: Option<f64>,
     /// CPU per event of each process over the case's window.
     pub cpu: Option<CpuPerEvent>,
@@ -161,6 +161,9 @@ pub fn table(results: &[Measurement], setup: &str) -> String {
 /// CPU per event of each process, and the throughput those costs allow on this
 /// machine's cores beside the throughput measured.
 fn cpu_table(results: &[Measurement]) -> String {
+    if results.iter().all(|m| m.cpu.is_none()) {
+        return String::new();
+    }
     let mut out = format!(
         "{:<8} {:<7} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>16}\n",
         "case",

@@ -141,14 +141,14 @@ impl Rig {
         Ok(count.unwrap_or(0))
     }
 
-    /// The source's binlog position now (file, pos).
-    /// Transactions the primary has committed to its binlog since it started.
+    /// Transactions the primary has written to its binlog since it started.
     pub async fn binlog_commits(&self) -> anyhow::Result<u64> {
         let row: Option<(String, u64)> =
             self.root.get_conn().await?.query_first("SHOW GLOBAL STATUS LIKE 'Binlog_commits'").await?;
         row.map(|(_, commits)| commits).context("the primary reports no Binlog_commits")
     }
 
+    /// The primary's binlog position now (file, pos).
     pub async fn binlog_end(&self) -> anyhow::Result<(String, u64)> {
         let row: Option<mysql_async::Row> = self.root.get_conn().await?.query_first("SHOW MASTER STATUS").await?;
         let row = row.context("binlog is off")?;

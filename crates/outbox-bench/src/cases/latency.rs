@@ -6,8 +6,8 @@
 //! the metric can be checked against an outside measurement: the relay's measure
 //! starts at the row's `created_at`, the INSERT's start (MariaDB's binlog has no finer
 //! commit time than whole seconds), so the bench also gives its own median from the
-//! instant each writer sent its INSERT. It also counts the relay's own durable commits
-//! on the primary (its binlog commits beyond the writers' one per event).
+//! instant each writer sent its INSERT. It also counts the relay's own transactions on
+//! the primary (those it binlogged beyond the writers' one per event).
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
