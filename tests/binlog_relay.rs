@@ -390,3 +390,57 @@ async fn a_column_added_before_the_payload_while_the_relay_is_stopped_changes_no
     assert_eq!(relay.stop(), Some(0));
     collector.shutdown().await;
 }
+
+/// `relay_commit_to_ack_seconds` measures each event from its `created_at` (the
+/// primary's local clock, turned into the relay host's by the clock probe) to SEND_OK,
+/// which the table keeps as `sent_at`: over the same events, the histogram's mean
+/// (its exact sum over its count, no buckets) is the table's own mean within 2 ms
+/// (0.1 ms here). An observation taken at another instant than SEND_OK, or a clock
+/// offset read off a slow round trip, would move them apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_to_ack_agrees_with_created_at_and_sent_at_in_the_table() {
+    const MEASURED: usize = 20;
+    const COUNT: &str = "relay_commit_to_ack_seconds_count";
+    const SUM: &str = "relay_commit_to_ack_seconds_sum";
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "ack_time").await;
+    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
+    relay.wait_ready().await;
+    // Until its first clock probe the relay observes nothing: one event at a time until it does.
+    let mut warm = 0;
+    while relay.metric(COUNT) == 0.0 {
+        assert!(warm < 30, "no commit-to-ack observed after {warm} events");
+        outbox.insert_tx(&events.rows("warm", warm..warm + 1)).await;
+        warm += 1;
+        all_sent(&outbox, warm, Duration::from_secs(60)).await;
+    }
+    let (count_before, sum_before) = (relay.metric(COUNT), relay.metric(SUM));
+
+    for seq in 0..MEASURED {
+        outbox.insert_tx(&events.rows("measured", seq..seq + 1)).await;
+    }
+    all_sent(&outbox, warm + MEASURED, Duration::from_secs(60)).await;
+    let observed = relay.metric(COUNT) - count_before;
+    assert_eq!(observed, MEASURED as f64, "one observation per event");
+    let relay_mean_ms = (relay.metric(SUM) - sum_before) / observed * 1_000.0;
+    let table_mean_ms: f64 = outbox
+        .pool
+        .get_conn()
+        .await
+        .expect("conn")
+        .query_first(format!(
+            "SELECT CAST(AVG(TIMESTAMPDIFF(MICROSECOND, created_at, sent_at)) / 1000 AS DOUBLE) FROM {} \
+             WHERE event_id LIKE '{}-measured-%'",
+            outbox.table.qualified(),
+            events.prefix
+        ))
+        .await
+        .expect("mean from the table")
+        .expect("a mean");
+    assert!(
+        (relay_mean_ms - table_mean_ms).abs() < 2.0,
+        "relay mean {relay_mean_ms:.3} ms, table mean {table_mean_ms:.3} ms"
+    );
+    assert_eq!(relay.stop(), Some(0));
+}
