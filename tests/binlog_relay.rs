@@ -396,12 +396,16 @@ async fn a_column_added_before_the_payload_while_the_relay_is_stopped_changes_no
 /// which the table keeps as `sent_at`: over the same events, the histogram's mean
 /// (its exact sum over its count, no buckets) is the table's own mean within 2 ms
 /// (0.1 ms here). An observation taken at another instant than SEND_OK, or a clock
-/// offset read off a slow round trip, would move them apart.
+/// offset read off a slow round trip, would move them apart. The time inside the
+/// relay (`relay_route_to_ack_seconds`, from routing to SEND_OK) is observed once per
+/// event too, and is a part of it: the commit and the binlog read come before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commit_to_ack_agrees_with_created_at_and_sent_at_in_the_table() {
     const MEASURED: usize = 20;
     const COUNT: &str = "relay_commit_to_ack_seconds_count";
     const SUM: &str = "relay_commit_to_ack_seconds_sum";
+    const IN_RELAY_COUNT: &str = "relay_route_to_ack_seconds_count";
+    const IN_RELAY_SUM: &str = "relay_route_to_ack_seconds_sum";
     let stack = Stack::from_env();
     let outbox = TestOutbox::create(&stack).await;
     let events = Events::new(&stack, "ack_time").await;
@@ -416,6 +420,7 @@ async fn commit_to_ack_agrees_with_created_at_and_sent_at_in_the_table() {
         all_sent(&outbox, warm, Duration::from_secs(60)).await;
     }
     let (count_before, sum_before) = (relay.metric(COUNT), relay.metric(SUM));
+    let (in_relay_count_before, in_relay_sum_before) = (relay.metric(IN_RELAY_COUNT), relay.metric(IN_RELAY_SUM));
 
     for seq in 0..MEASURED {
         outbox.insert_tx(&events.rows("measured", seq..seq + 1)).await;
@@ -441,6 +446,13 @@ async fn commit_to_ack_agrees_with_created_at_and_sent_at_in_the_table() {
     assert!(
         (relay_mean_ms - table_mean_ms).abs() < 2.0,
         "relay mean {relay_mean_ms:.3} ms, table mean {table_mean_ms:.3} ms"
+    );
+    let in_relay = relay.metric(IN_RELAY_COUNT) - in_relay_count_before;
+    assert_eq!(in_relay, MEASURED as f64, "one time inside the relay per event");
+    let in_relay_mean_ms = (relay.metric(IN_RELAY_SUM) - in_relay_sum_before) / in_relay * 1_000.0;
+    assert!(
+        in_relay_mean_ms > 0.0 && in_relay_mean_ms < relay_mean_ms,
+        "inside the relay {in_relay_mean_ms:.3} ms on average, commit to ack {relay_mean_ms:.3} ms"
     );
     assert_eq!(relay.stop(), Some(0));
 }

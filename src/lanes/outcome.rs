@@ -1,7 +1,7 @@
 //! What travels to and from the lanes: an event with its batch and retry kind on the
 //! way in, and how each event ended on the way back.
 
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use crate::event::OutboxEvent;
 use crate::store::RowKey;
@@ -12,6 +12,8 @@ pub struct LaneEvent {
     pub tx_seq: u64,
     pub event: OutboxEvent,
     pub attempts: Attempts,
+    /// When the coordinator handed it to its lane: where its time inside the relay starts.
+    pub routed: Instant,
 }
 
 /// How a failed send of an event is retried.

@@ -9,7 +9,7 @@
 //! in-flight gauge, and for a sent one its path and commit-to-ack time.
 
 use std::future::Future;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use outbox_kit::RowStatus;
 use prometheus_client::metrics::gauge::Gauge;
@@ -57,6 +57,10 @@ impl Recorder {
         self.metrics.published(Path::Binlog, events.len() - swept);
         for created_us in events.iter().filter_map(|e| self.metrics.lag.created_unix_us(e.event.created_local_us?)) {
             self.metrics.commit_to_ack.observe(((at_us - created_us as f64) / 1e6).max(0.0));
+        }
+        let now = Instant::now();
+        for event in events {
+            self.metrics.route_to_ack.observe(now.duration_since(event.routed).as_secs_f64());
         }
         self.inflight.dec_by(i64::try_from(events.len()).unwrap_or(i64::MAX));
     }

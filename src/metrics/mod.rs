@@ -53,6 +53,7 @@ pub struct RelayMetrics {
     outbox_rows: Family<RowStatusLabel, Gauge>,
     lane_inflight: Family<QueueLabel, Gauge>,
     pub commit_to_ack: Histogram,
+    pub route_to_ack: Histogram,
     pub send_seconds: Histogram,
     pub held_keys: Gauge,
     pub swept: Counter,
@@ -99,6 +100,7 @@ impl RelayMetrics {
             outbox_rows: Family::default(),
             lane_inflight: Family::default(),
             commit_to_ack: Histogram::new(LATENCY_BUCKETS),
+            route_to_ack: Histogram::new(LATENCY_BUCKETS),
             send_seconds: Histogram::new(LATENCY_BUCKETS),
             held_keys: Gauge::default(),
             swept: Counter::default(),
@@ -147,6 +149,11 @@ impl RelayMetrics {
             "relay_commit_to_ack_seconds",
             "From the outbox row's created_at (milliseconds, the primary's clock) to the broker's SEND_OK",
             self.commit_to_ack.clone(),
+        );
+        registry.register(
+            "relay_route_to_ack_seconds",
+            "From the relay routing an event to its lane to the broker's SEND_OK: the event's time inside the relay (lane queue, linger, send). Subtracted from relay_commit_to_ack_seconds it leaves the source's share (commit, replication, binlog read)",
+            self.route_to_ack.clone(),
         );
         registry.register(
             "relay_send_seconds",

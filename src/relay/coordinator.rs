@@ -226,6 +226,7 @@ impl Coordinator {
             self.progress_at = Instant::now();
         }
         let seq = self.tracker.register(tx.events.len(), in_flight, end);
+        let routed = Instant::now();
         for (index, event) in tx.events.into_iter().enumerate() {
             let stale =
                 |lanes: &TopicLanes| matches!(lanes, TopicLanes::Failing { until, .. } if *until <= Instant::now());
@@ -246,7 +247,7 @@ impl Coordinator {
                 Some(&failures_before) => Attempts::Once { failures_before },
                 None => Attempts::InPlace,
             };
-            lane.send(LaneEvent { tx_seq: seq, event, attempts });
+            lane.send(LaneEvent { tx_seq: seq, event, attempts, routed });
         }
         Ok(self.advance())
     }

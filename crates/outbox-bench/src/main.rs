@@ -43,12 +43,7 @@ async fn run(options: Options) -> anyhow::Result<()> {
     let rig = Rig::new(options.clone()).await?;
     let mut results: Vec<Measurement> = Vec::new();
     for case in &options.cases {
-        let measured = match case {
-            Case::Raw => vec![cases::raw::run(&rig).await?],
-            Case::Drain => cases::drain::run_modes(&rig).await?,
-            Case::Latency => cases::latency::run_modes(&rig).await?,
-            Case::Bigtx => cases::bigtx::run(&rig).await?,
-        };
+        let measured = run_case(&rig, *case).await.inspect_err(|_| rig.keep_scratch())?;
         for mut measurement in measured {
             eprintln!("outbox-bench: {}", measurement.summary());
             measurement.label.clone_from(&options.label);
@@ -61,4 +56,14 @@ async fn run(options: Options) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(result)?);
     }
     Ok(())
+}
+
+/// One case, in every mode it runs in.
+async fn run_case(rig: &Rig, case: Case) -> anyhow::Result<Vec<Measurement>> {
+    Ok(match case {
+        Case::Raw => vec![cases::raw::run(rig).await?],
+        Case::Drain => cases::drain::run_modes(rig).await?,
+        Case::Latency => cases::latency::run_modes(rig).await?,
+        Case::Bigtx => cases::bigtx::run(rig).await?,
+    })
 }

@@ -44,6 +44,14 @@ pub fn histogram_quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> {
     Some(lower + (upper - lower) * (rank - below) / (count - below).max(f64::MIN_POSITIVE))
 }
 
+/// The upper bound of the first bucket that holds every observation: the largest
+/// observation is at most this; `None` without observations or when one is in `+Inf`.
+pub fn histogram_max_at_most(buckets: &[(f64, f64)]) -> Option<f64> {
+    let total = buckets.last()?.1;
+    let &(upper, _) = buckets.iter().find(|&&(_, count)| count >= total && total > 0.0)?;
+    upper.is_finite().then_some(upper)
+}
+
 /// One result.
 #[derive(Debug, Clone, Serialize)]
 pub struct Measurement {
@@ -71,6 +79,12 @@ pub struct Measurement {
     /// milliseconds (latency runs): `relay_p50_ms` must agree with it; `latency`
     /// starts later, at the COMMIT's return.
     pub from_insert_p50_ms: Option<f64>,
+    /// The 99th percentile of the relay's `relay_route_to_ack_seconds` (from routing
+    /// to SEND_OK: the time inside the relay), milliseconds (latency runs).
+    pub in_relay_p99_ms: Option<f64>,
+    /// The bucket bound that the longest time inside the relay stayed within,
+    /// milliseconds (latency runs).
+    pub in_relay_max_at_most_ms: Option<f64>,
     /// Latency runs: the transactions the primary binlogged per event beyond the
     /// writers' own (the relay's SENT write-backs, lease, mirror and claims).
     pub relay_commits_per_event: Option<f64>,
@@ -95,6 +109,8 @@ impl Measurement {
             latency: None,
             relay_p50_ms: None,
             from_insert_p50_ms: None,
+            in_relay_p99_ms: None,
+            in_relay_max_at_most_ms: None,
             relay_commits_per_event: None,
             cpu: None,
             peak_rss_mib: None,
@@ -119,12 +135,13 @@ pub fn add_ratios(results: &mut [Measurement]) {
 pub fn table(results: &[Measurement], setup: &str) -> String {
     let mut out = format!("\n{setup}\n\n");
     out.push_str(&format!(
-        "{:<8} {:<7} {:>9} {:>8} {:>10} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11}\n",
+        "{:<8} {:<7} {:>9} {:>8} {:>10} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11} {:>12} {:>13}\n",
         "case",
         "mode",
         "events",
         "seconds",
         "events/s",
+        "offered/s",
         "vs raw",
         "p50 ms",
         "p90 ms",
@@ -132,17 +149,20 @@ pub fn table(results: &[Measurement], setup: &str) -> String {
         "max ms",
         "peak RSS",
         "relay p50 ms",
-        "from INSERT"
+        "from INSERT",
+        "in relay p99",
+        "in relay max<="
     ));
     for m in results {
         let ms = |f: fn(&Percentiles) -> f64| m.latency.as_ref().map(|p| format!("{:.1}", f(p))).unwrap_or_default();
         out.push_str(&format!(
-            "{:<8} {:<7} {:>9} {:>8.2} {:>10.0} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11}\n",
+            "{:<8} {:<7} {:>9} {:>8.2} {:>10.0} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11} {:>12} {:>13}\n",
             m.case,
             m.mode,
             m.events,
             m.seconds,
             m.events_per_s,
+            m.offered_per_s.map(|r| format!("{r:.0}")).unwrap_or_default(),
             m.vs_raw.map(|r| format!("{r:.2}x")).unwrap_or_default(),
             ms(|p| p.p50_ms),
             ms(|p| p.p90_ms),
@@ -151,6 +171,8 @@ pub fn table(results: &[Measurement], setup: &str) -> String {
             m.peak_rss_mib.map(|r| format!("{r:.0} MiB")).unwrap_or_default(),
             m.relay_p50_ms.map(|p| format!("{p:.1}")).unwrap_or_default(),
             m.from_insert_p50_ms.map(|p| format!("{p:.1}")).unwrap_or_default(),
+            m.in_relay_p99_ms.map(|p| format!("{p:.1}")).unwrap_or_default(),
+            m.in_relay_max_at_most_ms.map(|p| format!("{p:.0}")).unwrap_or_default(),
         ));
     }
     out.push('\n');
@@ -216,6 +238,14 @@ mod tests {
         assert_eq!(histogram_quantile(0.2, &buckets), Some(0.0015));
         assert_eq!(histogram_quantile(0.9, &buckets), None, "in the +Inf bucket");
         assert_eq!(histogram_quantile(0.5, &[(f64::INFINITY, 0.0)]), None, "no observations");
+    }
+
+    #[test]
+    fn the_largest_observation_is_bounded_by_the_first_bucket_holding_all() {
+        let buckets = [(0.001, 0.0), (0.002, 40.0), (0.004, 100.0), (f64::INFINITY, 100.0)];
+        assert_eq!(histogram_max_at_most(&buckets), Some(0.004));
+        assert_eq!(histogram_max_at_most(&[(0.001, 1.0), (f64::INFINITY, 2.0)]), None, "one in +Inf");
+        assert_eq!(histogram_max_at_most(&[(0.001, 0.0), (f64::INFINITY, 0.0)]), None, "no observations");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! bulk inserts, and relay processes (the real binary, so its memory is its own).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -26,7 +27,9 @@ pub struct Rig {
     pub options: Options,
     pub root: Pool,
     relay_bin: PathBuf,
+    /// Relay logs and checkpoints of this run; removed at the end unless a case failed.
     scratch: PathBuf,
+    keep_scratch: AtomicBool,
 }
 
 impl Rig {
@@ -43,7 +46,7 @@ impl Rig {
         }
         let scratch = std::env::temp_dir().join(format!("outbox-bench-{}", std::process::id()));
         std::fs::create_dir_all(&scratch)?;
-        Ok(Self { options, root, relay_bin, scratch })
+        Ok(Self { options, root, relay_bin, scratch, keep_scratch: AtomicBool::new(false) })
     }
 
     /// Machine and settings, for the report's header.
@@ -196,6 +199,12 @@ impl Rig {
         Ok(RelayChild(RelayProcess::start(&self.relay_bin, config, &env, &log)?))
     }
 
+    /// Keeps the scratch directory after the run: a failed case's error names a relay
+    /// log in it.
+    pub fn keep_scratch(&self) {
+        self.keep_scratch.store(true, Ordering::Relaxed);
+    }
+
     /// A fresh checkpoint directory.
     pub fn checkpoint_dir(&self) -> PathBuf {
         self.scratch.join(unique("checkpoint"))
@@ -204,7 +213,9 @@ impl Rig {
 
 impl Drop for Rig {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.scratch);
+        if !self.keep_scratch.load(Ordering::Relaxed) {
+            let _ = std::fs::remove_dir_all(&self.scratch);
+        }
     }
 }
 

@@ -7,8 +7,8 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::Context;
-use outbox_kit::{client_config, ClientHost};
 use outbox_kit::wire::{PROPERTY_EVENT_ID, PROPERTY_RELAY_TERM};
+use outbox_kit::{client_config, ClientHost};
 use rocketmq_client_rust::{
     ClientResult, ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, DefaultMQPushConsumer, MQPushConsumer,
     MessageListenerConcurrently,

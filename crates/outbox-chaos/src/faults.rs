@@ -71,10 +71,10 @@ fn target(fleet: &Fleet) -> anyhow::Result<usize> {
 async fn purge_all_but_the_current_log(url: &str) -> anyhow::Result<()> {
     let mut conn = mysql_async::Conn::from_url(url).await.context("connect to the source replica")?;
     conn.query_drop("FLUSH BINARY LOGS").await.context("FLUSH BINARY LOGS")?;
-    let status: Option<mysql_async::Row> = conn.query_first("SHOW MASTER STATUS").await.context("SHOW MASTER STATUS")?;
-    let current: String = status
-        .and_then(|row| row.get(0))
-        .context("SHOW MASTER STATUS returned no file: is the binary log on?")?;
+    let status: Option<mysql_async::Row> =
+        conn.query_first("SHOW MASTER STATUS").await.context("SHOW MASTER STATUS")?;
+    let current: String =
+        status.and_then(|row| row.get(0)).context("SHOW MASTER STATUS returned no file: is the binary log on?")?;
     let until = tokio::time::Instant::now() + PURGE_WITHIN;
     loop {
         conn.query_drop(format!("PURGE BINARY LOGS TO '{current}'")).await.context("PURGE BINARY LOGS")?;

@@ -56,7 +56,11 @@ impl Fleet {
         baseline: usize,
     ) -> Self {
         let slots = (0..SLOTS)
-            .map(|i| Slot { process: None, checkpoint: dir.join(format!("checkpoint-{i}")), server_id: FIRST_SERVER_ID + i as u32 })
+            .map(|i| Slot {
+                process: None,
+                checkpoint: dir.join(format!("checkpoint-{i}")),
+                server_id: FIRST_SERVER_ID + i as u32,
+            })
             .collect();
         Self {
             binary: binary.to_owned(),

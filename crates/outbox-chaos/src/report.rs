@@ -46,7 +46,11 @@ pub(crate) fn render(
             verdict.duplicates.get(&Some(kind)).copied().unwrap_or(0)
         );
     }
-    let _ = writeln!(out, "| (before any fault) | - | - | - | - | {} |", verdict.duplicates.get(&None).copied().unwrap_or(0));
+    let _ = writeln!(
+        out,
+        "| (before any fault) | - | - | - | - | {} |",
+        verdict.duplicates.get(&None).copied().unwrap_or(0)
+    );
     let _ = writeln!(
         out,
         "\nevents: committed {}, rolled back {}, commit outcome unknown {}, delivered {} (consumer redeliveries through its retry topic: {})",
@@ -72,7 +76,9 @@ pub(crate) fn render(
     }
     let exits: usize = tallies.values().map(|t| t.relay_exits).sum();
     if exits > 0 {
-        violations.push(format!("relays that exited on their own: {exits} (their exit codes and logs are in the progress lines)"));
+        violations.push(format!(
+            "relays that exited on their own: {exits} (their exit codes and logs are in the progress lines)"
+        ));
     }
     violations.extend(stopped.map(str::to_owned));
     if violations.is_empty() {
@@ -101,7 +107,8 @@ mod tests {
 
     #[test]
     fn an_unrecovered_fault_fails_the_report() {
-        let tallies = BTreeMap::from([(FaultKind::BrokerKill, Tally { injected: 1, unrecovered: 1, ..Default::default() })]);
+        let tallies =
+            BTreeMap::from([(FaultKind::BrokerKill, Tally { injected: 1, unrecovered: 1, ..Default::default() })]);
         let (text, passed) = render("run", &tallies, &Verdict::default(), None);
         assert!(!passed);
         assert!(text.contains("| broker SIGKILL | 1 | 0.0 s | 1 | 0 | 0 |"), "{text}");
@@ -109,7 +116,8 @@ mod tests {
 
     #[test]
     fn a_relay_that_exits_on_its_own_fails_the_report() {
-        let tallies = BTreeMap::from([(FaultKind::BrokerKill, Tally { injected: 1, relay_exits: 2, ..Default::default() })]);
+        let tallies =
+            BTreeMap::from([(FaultKind::BrokerKill, Tally { injected: 1, relay_exits: 2, ..Default::default() })]);
         let (text, passed) = render("run", &tallies, &Verdict::default(), None);
         assert!(!passed);
         assert!(text.contains("VIOLATION: relays that exited on their own: 2"), "{text}");

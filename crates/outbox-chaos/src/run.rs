@@ -140,8 +140,8 @@ impl<'a> Run<'a> {
             self.fleet.start_baseline()?;
             let (recovered, exits) = self.fleet.wait_ready_leader(recover).await;
             record(tallies.entry(fault.kind).or_default(), recovered, &exits);
-            let outcome =
-                recovered.map_or("NOT RECOVERED".to_owned(), |d| format!("ready leader after {:.1} s", d.as_secs_f64()));
+            let outcome = recovered
+                .map_or("NOT RECOVERED".to_owned(), |d| format!("ready leader after {:.1} s", d.as_secs_f64()));
             let (held, total) = (fault.hold.as_secs_f64(), schedule.faults.len());
             tracing::info!("[{}/{total}] {} (held {held:.1} s): {outcome}", n + 1, fault.kind.name());
         }
@@ -234,7 +234,8 @@ async fn stored_rows(pool: &Pool, table: &OutboxTable) -> anyhow::Result<Vec<Sto
         .context("read the outbox rows")?;
     rows.into_iter()
         .map(|(event_id, status, has_msg_id)| {
-            let status = RowStatus::from_code(status).with_context(|| format!("unknown status {status} of {event_id}"))?;
+            let status =
+                RowStatus::from_code(status).with_context(|| format!("unknown status {status} of {event_id}"))?;
             Ok(StoredRow { event_id, status, has_msg_id })
         })
         .collect()

@@ -65,7 +65,10 @@ impl Stack {
             writer_url: var("OUTBOX_RELAY_TEST_WRITER_URL")?,
             namesrv: var("OUTBOX_RELAY_TEST_NAMESRV")?,
             replicas: [
-                Replica { repl_url: var("OUTBOX_RELAY_TEST_REPL_URL")?, root_url: var("OUTBOX_RELAY_TEST_REPLICA_ROOT_URL")? },
+                Replica {
+                    repl_url: var("OUTBOX_RELAY_TEST_REPL_URL")?,
+                    root_url: var("OUTBOX_RELAY_TEST_REPLICA_ROOT_URL")?,
+                },
                 Replica {
                     repl_url: var("OUTBOX_RELAY_TEST_REPL2_URL")?,
                     root_url: var("OUTBOX_RELAY_TEST_REPLICA2_ROOT_URL")?,

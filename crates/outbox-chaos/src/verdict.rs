@@ -136,10 +136,8 @@ impl Verdict {
                 self.split_keys.push(format!("{key} in queues {queues:?}"));
                 continue;
             }
-            let firsts: Vec<(u64, &Received)> = events
-                .iter()
-                .filter_map(|w| Some((w.seq, *copies.get(w.event_id.as_str())?.first()?)))
-                .collect();
+            let firsts: Vec<(u64, &Received)> =
+                events.iter().filter_map(|w| Some((w.seq, *copies.get(w.event_id.as_str())?.first()?))).collect();
             for pair in firsts.windows(2) {
                 let [(earlier_seq, earlier), (later_seq, later)] = pair else { continue };
                 if later.queue_offset < earlier.queue_offset {
@@ -195,7 +193,8 @@ impl Verdict {
         check(self.vanished.len(), "committed but absent from the table", &self.vanished);
         check(self.order_violations.len(), "per-key order violations", &self.order_violations);
         check(self.split_keys.len(), "keys split across queues", &self.split_keys);
-        let overlaps: Vec<String> = self.overlapping_terms.iter().map(|(a, b)| format!("term {a} after {b} began")).collect();
+        let overlaps: Vec<String> =
+            self.overlapping_terms.iter().map(|(a, b)| format!("term {a} after {b} began")).collect();
         check(overlaps.len(), "two terms publishing at once", &overlaps);
         check(self.without_term, "messages without a leader term", &[]);
         check(self.sending_rows, "rows left SENDING", &[]);
@@ -274,7 +273,8 @@ mod tests {
     #[test]
     fn a_redelivery_through_the_retry_topic_proves_delivery_and_is_no_copy() {
         let w = [written("a", "k", 1, Fate::Committed), written("b", "k", 2, Fate::Committed)];
-        let retried = Received { queue_id: 0, queue_offset: 9, stored_ms: 99, redelivered: true, ..got("a", 0, 0, 1, 0) };
+        let retried =
+            Received { queue_id: 0, queue_offset: 9, stored_ms: 99, redelivered: true, ..got("a", 0, 0, 1, 0) };
         let r = [retried, got("b", 3, 1, 2, 20), got("a", 3, 0, 2, 19)];
         let verdict = Verdict::compute(&w, &[row("a"), row("b")], &r, &[]);
         assert_eq!(verdict.violations(), Vec::<String>::new());

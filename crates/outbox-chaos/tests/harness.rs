@@ -21,12 +21,16 @@ fn chaos(args: &[&str]) -> (Option<i32>, String, String) {
 #[test]
 fn the_bounded_schedule_passes_with_every_fault_kind_exercised() {
     let bounds = ["--recover-secs", "60", "--settle-secs", "120"];
-    let (code, report, progress) = chaos(&[&["--seed", "20261201", "--cycles", "1", "--kills", "1"][..], &bounds].concat());
+    let (code, report, progress) =
+        chaos(&[&["--seed", "20261201", "--cycles", "1", "--kills", "1"][..], &bounds].concat());
     assert_eq!(code, Some(0), "{report}\n{progress}");
     for kind in FaultKind::ALL {
         assert!(report.contains(&format!("| {} | 1 |", kind.name())), "{kind:?} not injected once:\n{report}");
     }
-    assert!(report.contains("verdict: lost 0, phantom 0, order violations 0, keys split 0, overlapping terms 0"), "{report}");
+    assert!(
+        report.contains("verdict: lost 0, phantom 0, order violations 0, keys split 0, overlapping terms 0"),
+        "{report}"
+    );
 }
 
 #[test]

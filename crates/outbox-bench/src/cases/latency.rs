@@ -17,7 +17,7 @@ use mysql_async::prelude::Queryable;
 
 use crate::cpu::CpuPerEvent;
 use crate::options::Mode;
-use crate::report::{histogram_quantile, Measurement, Percentiles};
+use crate::report::{histogram_max_at_most, histogram_quantile, Measurement, Percentiles};
 use crate::rig::{until, Rig};
 
 /// Concurrent writer connections, so commits overlap as in an application.
@@ -79,7 +79,8 @@ async fn run(rig: &Rig, mode: Mode) -> anyhow::Result<Measurement> {
             .collect()
     };
     let latencies = since(|s| s.committed);
-    let (first, last) = started.values().fold((f64::MAX, f64::MIN), |(lo, hi), s| (lo.min(s.committed), hi.max(s.committed)));
+    let (first, last) =
+        started.values().fold((f64::MAX, f64::MIN), |(lo, hi), s| (lo.min(s.committed), hi.max(s.committed)));
     let mut measurement = Measurement::throughput("latency", mode.name(), latencies.len(), last - first);
     measurement.offered_per_s = Some(rig.options.rate as f64);
     measurement.latency = Percentiles::of(latencies);
@@ -88,6 +89,9 @@ async fn run(rig: &Rig, mode: Mode) -> anyhow::Result<Measurement> {
     measurement.relay_commits_per_event = Some(relay_commits as f64 / total.max(1) as f64);
     let relay_buckets = relay.histogram("relay_commit_to_ack_seconds")?;
     measurement.relay_p50_ms = histogram_quantile(0.5, &relay_buckets).map(|s| s * 1_000.0);
+    let in_relay = relay.histogram("relay_route_to_ack_seconds")?;
+    measurement.in_relay_p99_ms = histogram_quantile(0.99, &in_relay).map(|s| s * 1_000.0);
+    measurement.in_relay_max_at_most_ms = histogram_max_at_most(&in_relay).map(|s| s * 1_000.0);
     measurement.peak_rss_mib = Some(relay.peak_rss_mib()?);
     relay.stop()?;
     rig.drop_table(&table).await?;
