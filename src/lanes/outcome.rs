@@ -12,7 +12,7 @@ pub struct LaneEvent {
     pub tx_seq: u64,
     pub event: OutboxEvent,
     pub attempts: Attempts,
-    /// When the coordinator handed it to its lane: where its time inside the relay starts.
+    /// When the coordinator took it in: where its time in the relay after reading starts.
     pub routed: Instant,
 }
 

@@ -6,7 +6,8 @@
 //! the table as FAILED or PENDING. SENT rows are reported at once: their write-back is
 //! batched later, and a lost one only means a duplicate. Every write names the row by
 //! id and event_id. Every report also ends the event in the metrics: its lane's
-//! in-flight gauge, and for a sent one its path and commit-to-ack time.
+//! in-flight gauge, and for a sent one its path, its commit-to-ack time and its time
+//! in the relay.
 
 use std::future::Future;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

@@ -152,7 +152,7 @@ impl RelayMetrics {
         );
         registry.register(
             "relay_route_to_ack_seconds",
-            "From the relay routing an event to its lane to the broker's SEND_OK: the event's time inside the relay (lane queue, linger, send). Subtracted from relay_commit_to_ack_seconds it leaves the source's share (commit, replication, binlog read)",
+            "For every event sent, from the relay's coordinator taking it in to the broker's SEND_OK: its time in the relay after it was read (route lookup, lane queue, linger, send, retries in place)",
             self.route_to_ack.clone(),
         );
         registry.register(

@@ -202,6 +202,7 @@ impl Rig {
     /// Keeps the scratch directory after the run: a failed case's error names a relay
     /// log in it.
     pub fn keep_scratch(&self) {
+        eprintln!("outbox-bench: relay logs and checkpoints kept in {}", self.scratch.display());
         self.keep_scratch.store(true, Ordering::Relaxed);
     }
 

@@ -426,11 +426,10 @@ impl Decoder {
         let convert = |value: BinlogValue<'_>, column: &'static str| {
             Value::try_from(value).map_err(|e| self.bad_row(pos, column, &e.to_string()))
         };
-        // Each value is taken out of the row, not copied: the row is dropped afterwards.
-        let mut taken = |index: usize, column: &'static str| {
-            row.take(index).ok_or_else(|| missing(column)).and_then(|v| convert(v, column))
+        let cloned = |row: &BinlogRow, index: usize, column: &'static str| {
+            row.as_ref(index).cloned().ok_or_else(|| missing(column)).and_then(|v| convert(v, column))
         };
-        let id = match taken(columns.id, "id")? {
+        let id = match cloned(&row, columns.id, "id")? {
             Value::Int(v) => u64::try_from(v).ok(),
             Value::UInt(v) => Some(v),
             _ => None,
@@ -440,13 +439,14 @@ impl Decoder {
             Value::Bytes(bytes) => String::from_utf8(bytes).map_err(|_| self.bad_row(pos, column, "not UTF-8")),
             other => Err(self.bad_row(pos, column, &format!("not a string: {other:?}"))),
         };
-        let event_id = text(taken(columns.event_id, "event_id")?, "event_id")?;
-        let biz_key = text(taken(columns.biz_key, "biz_key")?, "biz_key")?;
-        let topic = text(taken(columns.topic, "topic")?, "topic")?;
-        let created_local_us = columns
-            .created_at
-            .and_then(|index| row.take(index))
-            .and_then(|value| local_micros(&Value::try_from(value).ok()?));
+        let event_id = text(cloned(&row, columns.event_id, "event_id")?, "event_id")?;
+        let biz_key = text(cloned(&row, columns.biz_key, "biz_key")?, "biz_key")?;
+        let topic = text(cloned(&row, columns.topic, "topic")?, "topic")?;
+        let created_local_us = columns.created_at.and_then(|index| row.as_ref(index)).and_then(|value| {
+            let value = Value::try_from(value.clone()).ok()?;
+            local_micros(&value)
+        });
+        // The payload is the big value: taken, not copied.
         let payload = self.payload(row.take(columns.payload).ok_or_else(|| missing("payload"))?, pos)?;
         Ok(OutboxEvent { id, event_id, biz_key, topic, payload, created_local_us })
     }
