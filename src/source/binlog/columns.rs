@@ -58,6 +58,11 @@ impl ColumnMap {
         })
     }
 
+    /// The positions of the columns the relay reads.
+    pub fn positions(&self) -> Vec<usize> {
+        [self.id, self.event_id, self.biz_key, self.topic, self.payload].into_iter().chain(self.created_at).collect()
+    }
+
     /// Reads the table's columns from information_schema.
     ///
     /// See [`names_in`] for the names a TABLE_MAP may carry itself.

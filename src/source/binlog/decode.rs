@@ -29,7 +29,6 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 use mysql_async::binlog::events::{Event, EventData, RowsEventData, TableMapEvent, TransactionPayloadEvent};
-use mysql_async::binlog::row::BinlogRow;
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::Value;
 
@@ -39,6 +38,7 @@ use super::gtid::GtidState;
 use super::json;
 use super::mariadb;
 use super::prepared::PreparedXa;
+use super::row_image::{RowLayout, RowValues};
 use super::statement::{Statement, XaStatement};
 use super::xa::{XaPrepare, Xid};
 use crate::event::{local_micros, OutboxEvent};
@@ -90,10 +90,12 @@ enum Decision {
     Rollback,
 }
 
-/// A TABLE_MAP of the outbox table, and which of its columns the relay reads.
+/// A TABLE_MAP of the outbox table, which of its columns the relay reads, and how
+/// to read them.
 struct OutboxMap {
     table_map: TableMapEvent<'static>,
     columns: ColumnMap,
+    layout: RowLayout,
 }
 
 /// The decoder's state between events.
@@ -317,7 +319,8 @@ impl Decoder {
                 None => return Ok(Decoded::NeedColumns),
             },
         };
-        self.outbox_maps.insert(table_id, OutboxMap { table_map: tme.into_owned(), columns });
+        let layout = RowLayout::new(&tme, &columns.positions()).map_err(|e| self.malformed(pos, e))?;
+        self.outbox_maps.insert(table_id, OutboxMap { table_map: tme.into_owned(), columns, layout });
         Ok(Decoded::Nothing)
     }
 
@@ -347,11 +350,8 @@ impl Decoder {
             return Ok(Decoded::Nothing);
         };
         let mut decoded = Vec::new();
-        for row in rows.rows(&outbox.table_map) {
-            let (_, after) = row.map_err(|e| self.malformed(pos, e))?;
-            if let Some(after) = after {
-                decoded.push(self.to_event(after, &outbox.columns, pos)?);
-            }
+        for row in outbox.layout.rows(rows).map_err(|e| self.malformed(pos, e))? {
+            decoded.push(self.to_event(row.map_err(|e| self.malformed(pos, e))?, &outbox.columns, pos)?);
         }
         self.group.push(decoded);
         Ok(self.after_rows(pos))
@@ -419,15 +419,15 @@ impl Decoder {
         Decoded::Commit(SourceTx::binlog(events, self.prepared.cap(end)))
     }
 
-    fn to_event(&self, mut row: BinlogRow, columns: &ColumnMap, pos: u64) -> Result<OutboxEvent, DecodeError> {
+    fn to_event(&self, mut row: RowValues<'_>, columns: &ColumnMap, pos: u64) -> Result<OutboxEvent, DecodeError> {
         let missing = |column: &'static str| {
             self.bad_row(pos, column, "column missing from the row image (binlog_row_image must be FULL)")
         };
         let convert = |value: BinlogValue<'_>, column: &'static str| {
             Value::try_from(value).map_err(|e| self.bad_row(pos, column, &e.to_string()))
         };
-        let cloned = |row: &BinlogRow, index: usize, column: &'static str| {
-            row.as_ref(index).cloned().ok_or_else(|| missing(column)).and_then(|v| convert(v, column))
+        let cloned = |row: &RowValues<'_>, index: usize, column: &'static str| {
+            row.get(index).cloned().ok_or_else(|| missing(column)).and_then(|v| convert(v, column))
         };
         let id = match cloned(&row, columns.id, "id")? {
             Value::Int(v) => u64::try_from(v).ok(),
@@ -442,7 +442,7 @@ impl Decoder {
         let event_id = text(cloned(&row, columns.event_id, "event_id")?, "event_id")?;
         let biz_key = text(cloned(&row, columns.biz_key, "biz_key")?, "biz_key")?;
         let topic = text(cloned(&row, columns.topic, "topic")?, "topic")?;
-        let created_local_us = columns.created_at.and_then(|index| row.as_ref(index)).and_then(|value| {
+        let created_local_us = columns.created_at.and_then(|index| row.get(index)).and_then(|value| {
             let value = Value::try_from(value.clone()).ok()?;
             local_micros(&value)
         });
@@ -478,63 +478,12 @@ mod tests {
     //! (`../shared/fixtures/mysql-binlogs`, read-only test data beside the project,
     //! and this project's own `tests/fixtures/binlog`).
 
-    use std::fs::File;
-    use std::io::{self, BufReader, Cursor};
-
-    use mysql_common::binlog::consts::{BinlogVersion, EventType};
-    use mysql_common::binlog::{BinlogFileHeader, EventStreamReader};
-
+    use super::super::fixtures::{fixture, inserts, own, shared};
     use super::*;
     use crate::source::Origin;
 
     /// Large enough that no fixture transaction is handed on in parts.
     const NO_PARTS: usize = 1_000_000;
-
-    fn shared(name: &str) -> String {
-        format!("{}/../shared/fixtures/mysql-binlogs/{name}", env!("CARGO_MANIFEST_DIR"))
-    }
-
-    fn own(name: &str) -> String {
-        format!("{}/tests/fixtures/binlog/{name}", env!("CARGO_MANIFEST_DIR"))
-    }
-
-    /// The events of a binlog file as the relay's binlog stream yields them: a
-    /// compressed transaction (TRANSACTION_PAYLOAD) is followed by the events inside
-    /// it, read the way mysql_async's stream reads them.
-    struct FixtureEvents {
-        reader: EventStreamReader,
-        input: BufReader<File>,
-        payload: Option<Cursor<Vec<u8>>>,
-    }
-
-    impl Iterator for FixtureEvents {
-        type Item = io::Result<Event>;
-
-        fn next(&mut self) -> Option<Self::Item> {
-            if let Some(payload) = self.payload.as_mut() {
-                match self.reader.read_decompressed(payload).transpose() {
-                    Some(event) => return Some(event),
-                    None => self.payload = None,
-                }
-            }
-            let event = match self.reader.read(&mut self.input).transpose()? {
-                Ok(event) => event,
-                Err(error) => return Some(Err(error)),
-            };
-            if event.header().event_type_raw() == EventType::TRANSACTION_PAYLOAD_EVENT as u8 {
-                if let Ok(payload) = event.read_event::<TransactionPayloadEvent<'_>>() {
-                    self.payload = Some(Cursor::new(payload.danger_decompress()));
-                }
-            }
-            Some(Ok(event))
-        }
-    }
-
-    fn fixture(path: &str) -> FixtureEvents {
-        let mut input = BufReader::new(File::open(path).unwrap_or_else(|e| panic!("fixture {path}: {e}")));
-        BinlogFileHeader::read(&mut input).expect("binlog file header");
-        FixtureEvents { reader: EventStreamReader::new(BinlogVersion::Version4), input, payload: None }
-    }
 
     /// A decoder for `schema`.`table` starting at the beginning of binlog `file`.
     fn decoder(schema: &str, table: &str, file: &str, hold_limit: usize) -> Decoder {
@@ -736,20 +685,22 @@ mod tests {
 
     /// Every inserted row of `schema`.`table` in the file at `path`, each handed to
     /// `take` with the decoder's state and the row's position.
-    fn each_inserted_row(path: &str, schema: &str, table: &str, mut take: impl FnMut(&Decoder, BinlogRow, u64)) {
+    fn each_inserted_row(
+        path: &str,
+        schema: &str,
+        table: &str,
+        mut take: impl FnMut(&Decoder, RowValues<'_>, usize, u64),
+    ) {
         let reader = decoder(schema, table, "binlog.000001", NO_PARTS);
-        let mut events = fixture(path);
-        while let Some(event) = events.next() {
-            let event = event.expect("readable event");
-            let Ok(Some(EventData::RowsEvent(rows))) = event.read_data() else { continue };
-            let table_map = events.reader.get_tme(rows.table_id()).expect("a TABLE_MAP before its rows");
-            let is_insert = matches!(rows, RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_));
-            if !is_insert || table_map.database_name() != schema || table_map.table_name() != table {
+        for (event, table_map) in inserts(path) {
+            if table_map.database_name() != schema || table_map.table_name() != table {
                 continue;
             }
-            for row in rows.rows(table_map) {
-                let (_, after) = row.expect("decodable row");
-                take(&reader, after.expect("an inserted row"), u64::from(event.header().log_pos()));
+            let Ok(Some(EventData::RowsEvent(rows))) = event.read_data() else { continue };
+            let count = usize::try_from(table_map.columns_count()).expect("a column count");
+            let layout = RowLayout::new(&table_map, &Vec::from_iter(0..count)).expect("a row layout");
+            for row in layout.rows(&rows).expect("row images") {
+                take(&reader, row.expect("decodable row"), count, u64::from(event.header().log_pos()));
             }
         }
     }
@@ -758,8 +709,8 @@ mod tests {
     /// table whose rows cannot be outbox rows (a lone JSON column).
     fn json_payloads(path: &str, schema: &str, table: &str) -> Vec<String> {
         let mut texts = Vec::new();
-        each_inserted_row(path, schema, table, |decoder, mut row, pos| {
-            for index in 0..row.len() {
+        each_inserted_row(path, schema, table, |decoder, mut row, count, pos| {
+            for index in 0..count {
                 if let Some(value @ BinlogValue::Jsonb(_)) = row.take(index) {
                     let payload = decoder.payload(value, pos).expect("a JSON payload");
                     texts.push(String::from_utf8(payload.to_vec()).expect("UTF-8"));
@@ -941,7 +892,7 @@ mod tests {
         // fields, the BLOB `event` as the payload), decode as the relay decodes rows.
         let by_hand = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 3, created_at: None, count: 5 };
         let mut rows = Vec::new();
-        each_inserted_row(&shared("mariadb-bin.000001"), "toddy_test", "outbox", |decoder, row, pos| {
+        each_inserted_row(&shared("mariadb-bin.000001"), "toddy_test", "outbox", |decoder, row, _, pos| {
             let event = decoder.to_event(row, &by_hand, pos).expect("an outbox row");
             rows.push((event.id, event.event_id, event.payload, pos));
         });

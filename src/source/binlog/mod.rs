@@ -25,12 +25,15 @@
 
 mod columns;
 mod decode;
+#[cfg(test)]
+mod fixtures;
 mod group;
 mod gtid;
 mod json;
 mod mariadb;
 mod preflight;
 mod prepared;
+mod row_image;
 pub mod settings;
 mod standing;
 mod statement;
