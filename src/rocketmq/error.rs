@@ -56,7 +56,11 @@ pub enum PublishError {
     BodyTooLarge { event_id: String, size: usize, limit: usize },
     #[error("topic {topic} has {live} writable queues but queue_count is pinned to {pinned}: fix rocketmq.topics.{topic}.queue_count or the topic")]
     QueueCountMismatch { topic: String, pinned: u32, live: usize },
-    #[error("RocketMQ {operation} failed{}: {detail}", code.map(|c| format!(" (broker code {c})")).unwrap_or_default())]
+    #[error(
+        "RocketMQ {operation} failed{}: {detail}{}",
+        code.map(|c| format!(" (broker code {c})")).unwrap_or_default(),
+        code.and_then(codes::hint).map(|hint| format!("; {hint}")).unwrap_or_default()
+    )]
     Client {
         operation: &'static str,
         code: Option<i32>,
@@ -90,6 +94,20 @@ mod codes {
         // The client's own "no route to the topic" and "broker not found".
         10_003,
     ];
+
+    /// What an operator can do about an answer whose own text says little (the broker
+    /// answers a full store disk with a bare "operation failed").
+    pub fn hint(code: i32) -> Option<&'static str> {
+        match code {
+            SYSTEM_BUSY | SERVICE_NOT_AVAILABLE => Some(
+                "the broker refuses writes for now: most often its store disk is fuller than its diskMaxUsedSpaceRatio (75% by default), else its page cache is busy; free space on the broker's store disk and read the broker's log (the relay holds the events and sends them once the broker takes them)",
+            ),
+            NO_PERMISSION => Some(
+                "the broker or the topic is not writable (brokerPermission, or the topic's perm): make both writable (the relay holds the events meanwhile)",
+            ),
+            _ => None,
+        }
+    }
 }
 
 impl From<KitClientError> for PublishError {
@@ -185,6 +203,25 @@ mod tests {
         assert_eq!(shrunk_queues, ErrorClass::Unknown, "not the event's fault");
         let too_large = PublishError::BodyTooLarge { event_id: "e".into(), size: 5, limit: 4 };
         assert_eq!(too_large.class(), ErrorClass::Event);
+    }
+
+    #[test]
+    fn a_bare_refusal_names_the_likely_cause_and_the_fix() {
+        let refused = |code| PublishError::Client {
+            operation: "send",
+            code: Some(code),
+            detail: "broker.operation.failed: Broker operation failed [internal]".into(),
+            class: ErrorClass::Outage,
+            unreachable: false,
+        };
+        let full_disk = refused(2).to_string();
+        for needed in
+            ["(broker code 2)", "Broker operation failed", "diskMaxUsedSpaceRatio", "free space", "holds the events"]
+        {
+            assert!(full_disk.contains(needed), "{needed} missing from: {full_disk}");
+        }
+        assert!(refused(16).to_string().contains("brokerPermission"));
+        assert!(!refused(1).to_string().contains("; "), "no hint where none is known: {}", refused(1));
     }
 
     #[test]
