@@ -100,11 +100,11 @@ mod codes {
     pub fn hint(code: i32) -> Option<&'static str> {
         match code {
             SYSTEM_BUSY | SERVICE_NOT_AVAILABLE => Some(
-                "the broker refuses writes for now: most often its store disk is fuller than its diskMaxUsedSpaceRatio (75% by default), else its page cache is busy; free space on the broker's store disk and read the broker's log (the relay holds the events and sends them once the broker takes them)",
+                "the broker refuses writes for now: most often its store disk counts as full (used = 1 - available/size, over diskSpaceWarningLevelRatio, 90% by default; it takes writes again below 85%), else its page cache is busy; free space on the broker's store disk and read the broker's log",
             ),
-            NO_PERMISSION => Some(
-                "the broker or the topic is not writable (brokerPermission, or the topic's perm): make both writable (the relay holds the events meanwhile)",
-            ),
+            NO_PERMISSION => {
+                Some("the broker or the topic is not writable (brokerPermission, or the topic's perm): make both writable")
+            }
             _ => None,
         }
     }
@@ -215,9 +215,13 @@ mod tests {
             unreachable: false,
         };
         let full_disk = refused(2).to_string();
-        for needed in
-            ["(broker code 2)", "Broker operation failed", "diskMaxUsedSpaceRatio", "free space", "holds the events"]
-        {
+        for needed in [
+            "(broker code 2)",
+            "Broker operation failed",
+            "1 - available/size",
+            "diskSpaceWarningLevelRatio",
+            "free space",
+        ] {
             assert!(full_disk.contains(needed), "{needed} missing from: {full_disk}");
         }
         assert!(refused(16).to_string().contains("brokerPermission"));

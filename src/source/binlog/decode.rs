@@ -478,7 +478,7 @@ mod tests {
     //! (`../shared/fixtures/mysql-binlogs`, read-only test data beside the project,
     //! and this project's own `tests/fixtures/binlog`).
 
-    use super::super::fixtures::{fixture, inserts, own, shared};
+    use super::super::fixtures::{fixture, inserts, keeping_every_column, own, rows_of, shared};
     use super::*;
     use crate::source::Origin;
 
@@ -696,9 +696,8 @@ mod tests {
             if table_map.database_name() != schema || table_map.table_name() != table {
                 continue;
             }
-            let Ok(Some(EventData::RowsEvent(rows))) = event.read_data() else { continue };
-            let count = usize::try_from(table_map.columns_count()).expect("a column count");
-            let layout = RowLayout::new(&table_map, &Vec::from_iter(0..count)).expect("a row layout");
+            let rows = rows_of(&event);
+            let (layout, count) = keeping_every_column(&table_map);
             for row in layout.rows(&rows).expect("row images") {
                 take(&reader, row.expect("decodable row"), count, u64::from(event.header().log_pos()));
             }

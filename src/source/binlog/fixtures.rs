@@ -10,6 +10,8 @@ use mysql_async::binlog::events::{Event, EventData, RowsEventData, TableMapEvent
 use mysql_common::binlog::consts::{BinlogVersion, EventType};
 use mysql_common::binlog::{BinlogFileHeader, EventStreamReader};
 
+use super::row_image::RowLayout;
+
 /// The path of a shared fixture.
 pub fn shared(name: &str) -> String {
     format!("{}/../shared/fixtures/mysql-binlogs/{name}", env!("CARGO_MANIFEST_DIR"))
@@ -74,4 +76,18 @@ pub fn inserts(path: &str) -> Vec<(Event, TableMapEvent<'static>)> {
         found.push((event, table_map.into_owned()));
     }
     found
+}
+
+/// The rows of an insert found by [`inserts`].
+pub fn rows_of(event: &Event) -> RowsEventData<'_> {
+    match event.read_data() {
+        Ok(Some(EventData::RowsEvent(rows))) => rows,
+        _ => panic!("not a row event"),
+    }
+}
+
+/// A row layout of `table_map` that keeps every column, and how many there are.
+pub fn keeping_every_column(table_map: &TableMapEvent<'_>) -> (RowLayout, usize) {
+    let count = usize::try_from(table_map.columns_count()).expect("a column count");
+    (RowLayout::new(table_map, &Vec::from_iter(0..count)).expect("a row layout"), count)
 }
