@@ -55,6 +55,12 @@ pub async fn connect(role: &'static str, url: &DbUrl, pool_max: usize) -> Result
 
 /// A pool for one database role with its TLS settings, checked with a round trip
 /// before it is returned; `setup` statements run on every new connection.
+///
+/// A connection goes back to the pool as it is, not reset: the relay keeps no session
+/// state beyond `setup` (an open transaction is rolled back on return all the same),
+/// and a reset would cost two more round trips per use (the reset, then `setup` again)
+/// and throw away the connection's prepared statements, so that every SENT write-back
+/// would be prepared anew.
 pub async fn connect_with(
     role: &'static str,
     url: &DbUrl,
@@ -65,7 +71,7 @@ pub async fn connect_with(
     let constraints = PoolConstraints::new(0, pool_max.max(1)).unwrap_or_default();
     let opened = tls::establish(role, url, tls, |opts| async move {
         let opts = OptsBuilder::from_opts(opts)
-            .pool_opts(PoolOpts::default().with_constraints(constraints))
+            .pool_opts(PoolOpts::default().with_constraints(constraints).with_reset_connection(false))
             .setup(setup.to_vec());
         let pool = Pool::new(opts);
         let mut conn = pool.get_conn().await?;

@@ -144,3 +144,40 @@ async fn migrations_run_at_once_on_a_new_schema_all_succeed() {
         .expect("query");
     assert!(checked.is_ok(), "{checked:?}");
 }
+
+/// A pooled connection goes back to the pool as it is: its setup statement still holds
+/// and the statement prepared on its first use is not prepared again on the next (a
+/// reset between uses would cost two round trips and a new prepare every time).
+#[tokio::test]
+async fn a_pooled_connection_keeps_its_setup_and_its_prepared_statements_between_uses() {
+    let stack = Stack::from_env();
+    let setup = ["SET SESSION binlog_row_image = 'MINIMAL'"];
+    let url = outbox_relay::config::DbUrl::new(&stack.root_url);
+    let pool = outbox_relay::db::connect_with("primary", &url, &Default::default(), 1, &setup).await.expect("pool");
+    let statement = "SELECT ? + 1";
+    let first_id = {
+        let mut conn = pool.get_conn().await.expect("conn");
+        conn.exec_drop(statement, (1,)).await.expect("first use");
+        conn.id()
+    };
+    let mut conn = pool.get_conn().await.expect("conn again");
+    assert_eq!(conn.id(), first_id, "a pool of one connection hands out the same connection");
+    let prepared_before = session_status(&mut conn, "Com_stmt_prepare").await;
+    conn.exec_drop(statement, (2,)).await.expect("second use");
+    let prepared_after = session_status(&mut conn, "Com_stmt_prepare").await;
+    assert_eq!(
+        prepared_after, prepared_before,
+        "the second use prepared the statement again: the connection was reset"
+    );
+    let image: Option<String> = conn.query_first("SELECT @@SESSION.binlog_row_image").await.expect("read setting");
+    assert_eq!(image.as_deref(), Some("MINIMAL"), "the setup statement no longer holds");
+    drop(conn);
+    pool.disconnect().await.expect("disconnect");
+}
+
+async fn session_status(conn: &mut mysql_async::Conn, name: &str) -> u64 {
+    // The text protocol: reading the counter must not prepare a statement itself.
+    let row: Option<(String, u64)> =
+        conn.query_first(format!("SHOW SESSION STATUS LIKE '{name}'")).await.expect("session status");
+    row.map(|(_, value)| value).unwrap_or_else(|| panic!("no session status {name}"))
+}

@@ -21,6 +21,8 @@ use crate::workload::Workload;
 
 /// Rows per INSERT statement when filling a table.
 const INSERT_CHUNK: usize = 500;
+/// How long a new table may take to show on the relay's source (a replica behind).
+const SOURCE_CATCH_UP: Duration = Duration::from_secs(120);
 
 /// Connections and settings shared by every case.
 pub struct Rig {
@@ -80,10 +82,30 @@ impl Rig {
         Ok(Workload { prefix: unique(name), topic, keys: self.options.keys, body_bytes: self.options.body_bytes })
     }
 
-    /// A new, empty outbox table.
+    /// A new, empty outbox table, once the relay's source shows it too: a replica still
+    /// applying the previous case's load may not have it yet, and a relay started then
+    /// refuses to start (the table does not exist on its source).
     pub async fn table(&self) -> anyhow::Result<OutboxTable> {
         let table = OutboxTable { schema: "app".into(), table: unique("bench") };
         migrate(&self.root, &table).await.context("create the benchmark's outbox table")?;
+        let source = Pool::new(self.options.repl_url.as_str());
+        let visible = until("the new outbox table on the relay's source", SOURCE_CATCH_UP, || {
+            let (source, table) = (source.clone(), &table);
+            async move {
+                let columns: Option<u64> = source
+                    .get_conn()
+                    .await?
+                    .exec_first(
+                        "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+                        (&table.schema, &table.table),
+                    )
+                    .await?;
+                Ok(columns.unwrap_or(0) > 0)
+            }
+        })
+        .await;
+        source.disconnect().await?;
+        visible?;
         Ok(table)
     }
 
