@@ -53,14 +53,23 @@ pub async fn connect(role: &'static str, url: &DbUrl, pool_max: usize) -> Result
     connect_with(role, url, &TlsConfig::default(), pool_max, &[]).await
 }
 
+/// How long a connection may stay idle in a pool before it is closed.
+const IDLE_CONNECTION_TTL: Duration = Duration::from_secs(60);
+/// How long a pooled connection lives at most before it is replaced.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+
 /// A pool for one database role with its TLS settings, checked with a round trip
 /// before it is returned; `setup` statements run on every new connection.
 ///
-/// A connection goes back to the pool as it is, not reset: the relay keeps no session
-/// state beyond `setup` (an open transaction is rolled back on return all the same),
-/// and a reset would cost two more round trips per use (the reset, then `setup` again)
-/// and throw away the connection's prepared statements, so that every SENT write-back
-/// would be prepared anew.
+/// The pool keeps its connections between uses: without an idle lifetime it closes
+/// every connection handed back, so each SENT write-back, mirror write and probe
+/// would open a new connection (handshake, login, `setup`). A connection also goes
+/// back as it is, not reset: the relay keeps no session state beyond `setup` (a
+/// transaction begun with `start_transaction` and left open is rolled back on return,
+/// a connection dropped mid-query is discarded), and a reset would cost two round
+/// trips per use and drop the connection's prepared statements. Connections are
+/// renewed after [`CONNECTION_LIFETIME`], so a primary moved behind the same name is
+/// reached within that time even while the old one still answers.
 pub async fn connect_with(
     role: &'static str,
     url: &DbUrl,
@@ -71,7 +80,13 @@ pub async fn connect_with(
     let constraints = PoolConstraints::new(0, pool_max.max(1)).unwrap_or_default();
     let opened = tls::establish(role, url, tls, |opts| async move {
         let opts = OptsBuilder::from_opts(opts)
-            .pool_opts(PoolOpts::default().with_constraints(constraints).with_reset_connection(false))
+            .pool_opts(
+                PoolOpts::default()
+                    .with_constraints(constraints)
+                    .with_inactive_connection_ttl(IDLE_CONNECTION_TTL)
+                    .with_abs_conn_ttl(Some(CONNECTION_LIFETIME))
+                    .with_reset_connection(false),
+            )
             .setup(setup.to_vec());
         let pool = Pool::new(opts);
         let mut conn = pool.get_conn().await?;

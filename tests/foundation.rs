@@ -145,9 +145,9 @@ async fn migrations_run_at_once_on_a_new_schema_all_succeed() {
     assert!(checked.is_ok(), "{checked:?}");
 }
 
-/// A pooled connection goes back to the pool as it is: its setup statement still holds
-/// and the statement prepared on its first use is not prepared again on the next (a
-/// reset between uses would cost two round trips and a new prepare every time).
+/// A pooled connection is kept between uses and goes back to the pool as it is: the
+/// next use gets the same connection, with its setup statement, and does not prepare
+/// the statement of the first use again (a new connection or a reset would).
 #[tokio::test]
 async fn a_pooled_connection_keeps_its_setup_and_its_prepared_statements_between_uses() {
     let stack = Stack::from_env();

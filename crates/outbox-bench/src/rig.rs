@@ -88,7 +88,9 @@ impl Rig {
     pub async fn table(&self) -> anyhow::Result<OutboxTable> {
         let table = OutboxTable { schema: "app".into(), table: unique("bench") };
         migrate(&self.root, &table).await.context("create the benchmark's outbox table")?;
-        let source = Pool::new(self.options.repl_url.as_str());
+        let source = outbox_relay::db::connect("source", &DbUrl::new(&self.options.repl_url), 1)
+            .await
+            .context("connect to the relay's source")?;
         let visible = until("the new outbox table on the relay's source", SOURCE_CATCH_UP, || {
             let (source, table) = (source.clone(), &table);
             async move {
@@ -104,7 +106,8 @@ impl Rig {
             }
         })
         .await;
-        source.disconnect().await?;
+        // The wait's own outcome is what counts; a failed goodbye changes nothing.
+        let _ = source.disconnect().await;
         visible?;
         Ok(table)
     }
