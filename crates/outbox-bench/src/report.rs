@@ -67,6 +67,9 @@ pub struct Measurement {
     /// Drains: when the last event got SEND_OK (the rest of `seconds` is the write-back
     /// and the checkpoint catching up).
     pub send_ok_seconds: Option<f64>,
+    /// Drains: when the relay's `/readyz` first answered 200, seconds after its start
+    /// (the drain is timed from the start; the relay sends before it is ready).
+    pub ready_seconds: Option<f64>,
     /// Throughput over `raw`'s in the same run.
     pub vs_raw: Option<f64>,
     pub offered_per_s: Option<f64>,
@@ -104,6 +107,7 @@ impl Measurement {
             seconds,
             events_per_s: if seconds > 0.0 { events as f64 / seconds } else { 0.0 },
             send_ok_seconds: None,
+            ready_seconds: None,
             vs_raw: None,
             offered_per_s: None,
             latency: None,
@@ -118,7 +122,8 @@ impl Measurement {
     }
 
     pub fn summary(&self) -> String {
-        let send_ok = self.send_ok_seconds.map(|s| format!(" (last SEND_OK at {s:.2} s)")).unwrap_or_default();
+        let ready = self.ready_seconds.map(|s| format!(", ready at {s:.2} s")).unwrap_or_default();
+        let send_ok = self.send_ok_seconds.map(|s| format!(" (last SEND_OK at {s:.2} s{ready})")).unwrap_or_default();
         format!("{} {}: {} events in {:.2} s{send_ok}", self.case, self.mode, self.events, self.seconds)
     }
 }
