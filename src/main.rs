@@ -4,13 +4,16 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use outbox_relay::config::{self, Config, DbUrl, LogFormat};
 use outbox_relay::relay;
+use outbox_relay::rocketmq::ClientHost;
 use outbox_relay::store;
 use outbox_relay::{admin, db, exit};
+use rocketmq_client_rust::ClientRuntime;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -229,45 +232,56 @@ fn main() -> ExitCode {
     }
 }
 
+/// The runtime of every command but `run` (which runs on the RocketMQ client's).
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Runtime::new().context("cannot start the async runtime")
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let load_config = |arg: &ConfigArg| load_config(arg, cli.log_format);
     match cli.command {
         Command::Config(arg) => print_config(&load_config(&arg)?),
-        Command::Migrate { config, admin_url } => runtime.block_on(migrate(&load_config(&config)?, admin_url)),
-        Command::Run(arg) => runtime.block_on(run_relay(&load_config(&arg)?)),
+        Command::Migrate { config, admin_url } => runtime()?.block_on(migrate(&load_config(&config)?, admin_url)),
+        Command::Run(arg) => {
+            let config = load_config(&arg)?;
+            // The relay runs on the RocketMQ client's runtime: a send hands over to the
+            // client's tasks on the same worker threads instead of waking a second set.
+            let host = ClientHost::start("relay").context("cannot start the async runtime")?;
+            let client = host.runtime();
+            host.run(run_relay(&config, client))
+        }
         Command::Admin(command) => {
             init_logging("warn", cli.log_format.unwrap_or(LogFormat::Text));
-            runtime.block_on(run_admin(command))
+            runtime()?.block_on(run_admin(command))
         }
         Command::Status { config, json } => {
-            runtime.block_on(operator::run(&load_config(&config)?, operator::Action::Status, json))
+            runtime()?.block_on(operator::run(&load_config(&config)?, operator::Action::Status, json))
         }
-        Command::Check { config, json } => runtime.block_on(operator::check(&load_config(&config)?, json)),
+        Command::Check { config, json } => runtime()?.block_on(operator::check(&load_config(&config)?, json)),
         Command::Failed(FailedCommand::List { config, limit, topic, key, json }) => {
             let action = operator::Action::List { limit, topic, key };
-            runtime.block_on(operator::run(&load_config(&config)?, action, json))
+            runtime()?.block_on(operator::run(&load_config(&config)?, action, json))
         }
         Command::Requeue { config, which, by, json } => {
-            runtime.block_on(operator::run(&load_config(&config)?, operator::Action::Requeue { which, by }, json))
+            runtime()?.block_on(operator::run(&load_config(&config)?, operator::Action::Requeue { which, by }, json))
         }
         Command::Skip { config, ids, by, json } => {
-            runtime.block_on(operator::run(&load_config(&config)?, operator::Action::Skip { ids, by }, json))
+            runtime()?.block_on(operator::run(&load_config(&config)?, operator::Action::Skip { ids, by }, json))
         }
         Command::Cleanup { config, retention, batch, pace_ms, by, json } => {
             let action =
                 operator::Action::Cleanup { retention, batch, pace: std::time::Duration::from_millis(pace_ms), by };
-            runtime.block_on(operator::run(&load_config(&config)?, action, json))
+            runtime()?.block_on(operator::run(&load_config(&config)?, action, json))
         }
         Command::Reconcile { config, args, json } => {
-            runtime.block_on(operator::run(&load_config(&config)?, operator::Action::Reconcile(args), json))
+            runtime()?.block_on(operator::run(&load_config(&config)?, operator::Action::Reconcile(args), json))
         }
         Command::Position(PositionCommand::Show { config, json }) => {
-            runtime.block_on(operator::run(&load_config(&config)?, operator::Action::PositionShow, json))
+            runtime()?.block_on(operator::run(&load_config(&config)?, operator::Action::PositionShow, json))
         }
         Command::Position(PositionCommand::Set { config, target, by, json }) => {
             let action = operator::Action::PositionSet { target, by };
-            runtime.block_on(operator::run(&load_config(&config)?, action, json))
+            runtime()?.block_on(operator::run(&load_config(&config)?, action, json))
         }
     }
 }
@@ -307,10 +321,10 @@ async fn migrate(config: &Config, admin_url: Option<String>) -> anyhow::Result<(
     Ok(())
 }
 
-async fn run_relay(config: &Config) -> anyhow::Result<()> {
+async fn run_relay(config: &Config, client: Arc<ClientRuntime>) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let signals = tokio::spawn(stop_on_signal(shutdown.clone()));
-    let result = relay::run(config, shutdown).await;
+    let result = relay::run(config, client, shutdown).await;
     signals.abort();
     result?;
     tracing::info!("relay stopped");

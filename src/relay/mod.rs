@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
+use rocketmq_client_rust::ClientRuntime;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -78,8 +79,10 @@ pub fn process_owner() -> String {
 
 /// Runs the relay until `shutdown` is cancelled or a task fails; every task it
 /// started has ended when it returns. The checks run and the connections open at
-/// once; the pipeline runs only while this instance holds the leader lease.
-pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), RelayError> {
+/// once; the pipeline runs only while this instance holds the leader lease. Its
+/// producers run on `client`: run this future on that client's runtime
+/// (`ClientHost::run`), so a send stays on one set of worker threads.
+pub async fn run(config: &Config, client: Arc<ClientRuntime>, shutdown: CancellationToken) -> Result<(), RelayError> {
     let outbox = config.outbox_table();
     let primary = open_primary(config).await?;
     let binlog = match config.mode {
@@ -107,6 +110,7 @@ pub async fn run(config: &Config, shutdown: CancellationToken) -> Result<(), Rel
     tracing::info!(mode = ?config.mode, owner = claims.owner(), claim = ?claims.method(), lease = %config.lease_name(), leader = ?holder.map(|h| h.holder), "starting");
     let publisher = Arc::new(
         Publisher::start(
+            client,
             ProducerSettings {
                 namesrv: config.rocketmq.namesrv.clone(),
                 group: config.rocketmq.producer_group.clone(),

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rocketmq_client_rust::{AclClientRPCHook, DefaultMQProducer, SessionCredentials};
+use rocketmq_client_rust::{AclClientRPCHook, ClientRuntime, DefaultMQProducer, SessionCredentials};
 use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use rocketmq_model::result::SendStatus;
@@ -35,9 +35,10 @@ pub struct SendReceipt {
     pub queue_offset: u64,
 }
 
-/// A started producer and the client runtime it runs on.
+/// A started producer, with the client runtime it runs on when that is its own.
 pub struct Producer {
-    host: ClientHost,
+    /// Its own client runtime, stopped with it; `None` on a runtime it shares.
+    host: Option<ClientHost>,
     producer: DefaultMQProducer,
     settings: ProducerSettings,
 }
@@ -49,10 +50,30 @@ impl Producer {
         Self::start_with(settings, None).await
     }
 
-    /// Starts a producer that signs its requests with `acl` when given.
+    /// Starts a producer, on a client runtime of its own, that signs its requests
+    /// with `acl` when given.
     pub async fn start_with(settings: ProducerSettings, acl: Option<&AclCredentials>) -> Result<Self, PublishError> {
         let host = ClientHost::start("rocketmq-producer")?;
-        let builder = DefaultMQProducer::builder(host.runtime())
+        let client = host.runtime();
+        Self::start_in(Some(host), client, settings, acl).await
+    }
+
+    /// Starts a producer on `client`, a client runtime it shares (and does not stop).
+    pub async fn start_on(
+        client: Arc<ClientRuntime>,
+        settings: ProducerSettings,
+        acl: Option<&AclCredentials>,
+    ) -> Result<Self, PublishError> {
+        Self::start_in(None, client, settings, acl).await
+    }
+
+    async fn start_in(
+        host: Option<ClientHost>,
+        client: Arc<ClientRuntime>,
+        settings: ProducerSettings,
+        acl: Option<&AclCredentials>,
+    ) -> Result<Self, PublishError> {
+        let builder = DefaultMQProducer::builder(client)
             .client_config(client_config(&settings.namesrv))
             .producer_group(settings.group.clone())
             .name_server_addr(settings.namesrv.clone())
@@ -68,7 +89,9 @@ impl Producer {
         };
         let mut producer = builder.build();
         if let Err(e) = producer.start().await {
-            host.shutdown().await;
+            if let Some(host) = host {
+                host.shutdown().await;
+            }
             return Err(PublishError::from_client("start producer", &e));
         }
         Ok(Self { host, producer, settings })
@@ -183,10 +206,12 @@ impl Producer {
         Ok(result.message_list().clone())
     }
 
-    /// Stops the producer and its client runtime.
+    /// Stops the producer, and its client runtime when that is its own.
     pub async fn shutdown(mut self) {
         self.producer.shutdown().await;
-        self.host.shutdown().await;
+        if let Some(host) = self.host {
+            host.shutdown().await;
+        }
     }
 }
 

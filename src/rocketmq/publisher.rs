@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
+use rocketmq_client_rust::ClientRuntime;
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -33,6 +34,8 @@ const PROBES_PER_PRODUCER: u32 = 4;
 
 /// The current producer, and what is known about unreachable brokers.
 pub struct Publisher {
+    /// The client runtime every producer it starts runs on.
+    client: Arc<ClientRuntime>,
     settings: ProducerSettings,
     /// ACL credentials every producer it starts signs with.
     acl: Option<AclCredentials>,
@@ -48,10 +51,15 @@ pub struct Publisher {
 }
 
 impl Publisher {
-    /// Starts the first producer.
-    pub async fn start(settings: ProducerSettings, acl: Option<AclCredentials>) -> Result<Self, PublishError> {
-        let producer = Producer::start_with(settings.clone(), acl.as_ref()).await?;
+    /// Starts the first producer; it and every later one run on `client`.
+    pub async fn start(
+        client: Arc<ClientRuntime>,
+        settings: ProducerSettings,
+        acl: Option<AclCredentials>,
+    ) -> Result<Self, PublishError> {
+        let producer = Producer::start_on(Arc::clone(&client), settings.clone(), acl.as_ref()).await?;
         Ok(Self {
+            client,
             settings,
             acl,
             current: RwLock::new(Arc::new(producer)),
@@ -125,7 +133,7 @@ impl Publisher {
             }
             let (producer, failures) = match prober.take() {
                 Some(probe) => probe,
-                None => match Producer::start_with(self.settings.clone(), self.acl.as_ref()).await {
+                None => match self.new_producer().await {
                     Ok(producer) => (producer, 0),
                     Err(error) => {
                         tracing::debug!(%error, "probe producer cannot start yet");
@@ -145,6 +153,11 @@ impl Publisher {
         if let Some((producer, _)) = prober {
             producer.shutdown().await;
         }
+    }
+
+    /// A new producer on the client runtime the first one runs on.
+    async fn new_producer(&self) -> Result<Producer, PublishError> {
+        Producer::start_on(Arc::clone(&self.client), self.settings.clone(), self.acl.as_ref()).await
     }
 
     /// Whether `producer` reaches the broker: through the first topic in use whose

@@ -98,6 +98,17 @@ impl ClientHost {
         Ok(Self { owner, runtime })
     }
 
+    /// Runs `future` to its end on this host's runtime, then stops every client task
+    /// and the runtime. A process that runs its own work here, beside its producers,
+    /// keeps one set of worker threads: a send hands over to the client's tasks on the
+    /// same threads instead of waking a second set and waiting for it to answer.
+    pub fn run<F: std::future::Future>(self, future: F) -> F::Output {
+        let output = self.owner.block_on(future);
+        self.owner.block_on(self.stop_tasks());
+        self.owner.shutdown_background();
+        output
+    }
+
     /// The client runtime to build producers and consumers on.
     pub fn runtime(&self) -> Arc<ClientRuntime> {
         Arc::clone(&self.runtime)
@@ -105,8 +116,29 @@ impl ClientHost {
 
     /// Stops every client task, then the runtime; safe to call from async code.
     pub async fn shutdown(self) {
-        self.runtime.shutdown().await;
-        self.owner.shutdown_tasks().await;
+        self.stop_tasks().await;
         self.owner.shutdown_background();
+    }
+
+    async fn stop_tasks(&self) {
+        // Boxed: the client's shutdown future, nested once more, is too deep for the
+        // compiler's layout query limit.
+        Box::pin(self.runtime.shutdown()).await;
+        self.owner.shutdown_tasks().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClientHost;
+
+    #[test]
+    fn run_drives_the_future_and_the_tasks_it_spawns_on_the_hosts_threads() {
+        let host = ClientHost::start("kit-host").expect("client runtime");
+        let answered = host.run(async {
+            let task = tokio::spawn(async { std::thread::current().name().map(str::to_owned) });
+            task.await.expect("the spawned task ran")
+        });
+        assert!(answered.as_deref().is_some_and(|name| name.starts_with("kit-host")), "ran on {answered:?}");
     }
 }
