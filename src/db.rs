@@ -58,16 +58,8 @@ const IDLE_CONNECTION_TTL: Duration = Duration::from_secs(60);
 /// How long a pooled connection lives at most before it is replaced.
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 
-/// Every connection of a pool runs its transactions at READ COMMITTED: rows a
-/// locking scan rejects are unlocked at once, not held to commit. Setting it once per
-/// session, not per transaction, saves a round trip per transaction and cannot leak: a
-/// per-transaction level is a statement of its own, and a caller cancelled between it
-/// and `START TRANSACTION` would hand the level to the connection's next transaction.
-const READ_COMMITTED: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
-
 /// A pool for one database role with its TLS settings, checked with a round trip
-/// before it is returned; `setup` statements run on every new connection, after the
-/// isolation level.
+/// before it is returned; `setup` statements run on every new connection.
 ///
 /// The pool keeps its connections between uses: without an idle lifetime it closes
 /// every connection handed back, so each SENT write-back, mirror write and probe
@@ -95,7 +87,7 @@ pub async fn connect_with(
                     .with_abs_conn_ttl(Some(CONNECTION_LIFETIME))
                     .with_reset_connection(false),
             )
-            .setup([READ_COMMITTED].iter().chain(setup).copied().collect::<Vec<_>>());
+            .setup(setup.to_vec());
         let pool = Pool::new(opts);
         let mut conn = pool.get_conn().await?;
         conn.ping().await?;

@@ -244,8 +244,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate { config, admin_url } => runtime()?.block_on(migrate(&load_config(&config)?, admin_url)),
         Command::Run(arg) => {
             let config = load_config(&arg)?;
-            // The relay runs on the RocketMQ client's runtime: a send hands over to the
-            // client's tasks on the same worker threads instead of waking a second set.
+            // On the RocketMQ client's runtime, beside its producers (see `ClientHost::run`).
             let host = ClientHost::start("relay").context("cannot start the async runtime")?;
             let client = host.runtime();
             host.run(run_relay(&config, client))
@@ -323,10 +322,10 @@ async fn migrate(config: &Config, admin_url: Option<String>) -> anyhow::Result<(
 
 async fn run_relay(config: &Config, client: Arc<ClientRuntime>) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
-    let signals = tokio::spawn(stop_on_signal(shutdown.clone()));
-    let result = relay::run(config, client, shutdown).await;
-    signals.abort();
-    result?;
+    // The listener lives until the runtime stops, so a second signal still exits at
+    // once while the client shuts down after the relay.
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    relay::run(config, client, shutdown).await?;
     tracing::info!("relay stopped");
     Ok(())
 }

@@ -175,24 +175,6 @@ async fn a_pooled_connection_keeps_its_setup_and_its_prepared_statements_between
     pool.disconnect().await.expect("disconnect");
 }
 
-/// Every pooled connection is READ COMMITTED from its setup on, so transactions start
-/// with a single statement: a level set per transaction could outlive a cancelled caller.
-#[tokio::test]
-async fn pooled_connections_are_read_committed_for_the_whole_session() {
-    let stack = Stack::from_env();
-    let url = outbox_relay::config::DbUrl::new(&stack.root_url);
-    let pool = outbox_relay::db::connect_with("primary", &url, &Default::default(), 1, &[]).await.expect("pool");
-    let mut conn = pool.get_conn().await.expect("conn");
-    let level: Option<String> = conn.query_first("SELECT @@SESSION.tx_isolation").await.expect("read level");
-    assert_eq!(
-        level.as_deref(),
-        Some("READ-COMMITTED"),
-        "a pooled session must be READ COMMITTED, so no transaction needs a statement of its own to set it"
-    );
-    drop(conn);
-    pool.disconnect().await.expect("disconnect");
-}
-
 async fn session_status(conn: &mut mysql_async::Conn, name: &str) -> u64 {
     // The text protocol: reading the counter must not prepare a statement itself.
     let row: Option<(String, u64)> =

@@ -80,8 +80,8 @@ pub fn process_owner() -> String {
 /// Runs the relay until `shutdown` is cancelled or a task fails; every task it
 /// started has ended when it returns. The checks run and the connections open at
 /// once; the pipeline runs only while this instance holds the leader lease. Its
-/// producers run on `client`: run this future on that client's runtime
-/// (`ClientHost::run`), so a send stays on one set of worker threads.
+/// producers run on `client`; running this future on that same runtime
+/// (`ClientHost::run`) keeps one set of worker threads.
 pub async fn run(config: &Config, client: Arc<ClientRuntime>, shutdown: CancellationToken) -> Result<(), RelayError> {
     let outbox = config.outbox_table();
     let primary = open_primary(config).await?;
@@ -324,7 +324,8 @@ async fn release_lease(lease: &LeaseStore, term: &Term) {
     }
 }
 
-/// Stops the RocketMQ client; every lane has ended, so nothing else holds it.
+/// Stops the relay's producers; every lane has ended, so nothing else holds them. The
+/// client runtime they ran on is the caller's to stop.
 async fn shutdown_publisher(publisher: Arc<Publisher>) {
     match Arc::try_unwrap(publisher) {
         Ok(publisher) => {

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Params, Pool, Row, TxOpts, Value};
+use mysql_async::{IsolationLevel, Params, Pool, Row, TxOpts, Value};
 
 use outbox_kit::{truncate_utf8, OutboxTable};
 
@@ -241,8 +241,10 @@ impl ClaimStore {
 
     async fn claim_locked(&self, select: &str, params: Params) -> Result<Vec<Row>, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
-        // The pool's sessions are READ COMMITTED: rows the scan rejects are unlocked at once.
-        let mut tx = conn.start_transaction(TxOpts::default()).await?;
+        let mut options = TxOpts::default();
+        // READ COMMITTED: rows the scan rejects are unlocked at once, not held to commit.
+        options.with_isolation_level(IsolationLevel::ReadCommitted);
+        let mut tx = conn.start_transaction(options).await?;
         // What is committed and due, unlocked: a row another statement holds locked right
         // now is skipped by SKIP LOCKED, and its key's later rows must not overtake it.
         let visible: Vec<(u64, String)> =

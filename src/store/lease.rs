@@ -48,9 +48,12 @@ impl TermFence {
     }
 
     /// A `FROM ... WHERE` that yields one row only while `term` is current, for
-    /// `INSERT ... SELECT`.
+    /// `INSERT ... SELECT`. It reads the lease row with a shared lock whatever the
+    /// session's isolation level (READ COMMITTED alone would read it unlocked): a
+    /// transaction that ends the term holds the row, so the write waits for it and
+    /// then finds the term gone.
     pub(crate) fn select_from(&self) -> String {
-        format!("FROM {} WHERE name = '{}' AND term = {}", self.table, self.name, self.term)
+        format!("FROM {} WHERE name = '{}' AND term = {} LOCK IN SHARE MODE", self.table, self.name, self.term)
     }
 }
 

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Params, Pool, TxOpts, Value};
+use mysql_async::{IsolationLevel, Params, Pool, TxOpts, Value};
 use serde::Serialize;
 
 use outbox_kit::{truncate_utf8, OutboxTable, RowStatus};
@@ -187,7 +187,9 @@ impl Manual {
     ) -> Result<Vec<u64>, mysql_async::Error> {
         let table = self.outbox.qualified();
         let mut conn = self.pool.get_conn().await?;
-        let mut tx = conn.start_transaction(TxOpts::default()).await?;
+        let mut options = TxOpts::default();
+        options.with_isolation_level(IsolationLevel::ReadCommitted);
+        let mut tx = conn.start_transaction(options).await?;
         let rows: Vec<(u64, String, i64, Option<String>)> = tx
             .exec(
                 format!(

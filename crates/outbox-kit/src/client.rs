@@ -3,7 +3,8 @@
 //!
 //! rocketmq-client-rust 1.0 needs an owned runtime and a `ClientRuntime`; both must
 //! be shut down explicitly (dropping a Tokio runtime inside async code panics), so
-//! they live together here with one `shutdown`. The client's own error `Display`
+//! they live together here, stopped by `shutdown`, or by `run` for a process that
+//! runs its own work on them. The client's own error `Display`
 //! hides the detail; [`full_message`] walks the sources for it.
 
 use std::sync::Arc;
