@@ -113,6 +113,7 @@ async fn sync_send_is_send_ok_with_msg_id_and_a_real_consumer_gets_body_keys_and
     assert_eq!(got.keys, event.event_id);
     assert_eq!(got.biz_key, event.biz_key);
     assert_eq!(got.queue_id, 3);
+    assert_eq!(got.msg_id, receipt.msg_ids[0], "the consumer sees the message id fixed before the send");
 
     // The seed's check: the broker's key index finds it (mqadmin queryMsgByKey).
     let found = eventually("the message to be found by KEYS", Duration::from_secs(30), || async {

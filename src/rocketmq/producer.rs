@@ -1,4 +1,5 @@
-//! A started RocketMQ producer that sends synchronous batches to one chosen queue.
+//! A started RocketMQ producer that sends synchronous batches to one chosen queue
+//! (a batch of one as a plain message: the client wraps and re-encodes a batch).
 //!
 //! Queue choice is the caller's (the lanes route by `hash(biz_key) % queue_count`),
 //! so the client's own retries to "another queue" are turned off: a retry to another
@@ -79,7 +80,10 @@ impl Producer {
             .name_server_addr(settings.namesrv.clone())
             .send_msg_timeout(millis_u32(settings.send_timeout))
             .retry_times_when_send_failed(0)
-            .retry_another_broker_when_not_store_ok(false);
+            .retry_another_broker_when_not_store_ok(false)
+            // Batches are never compressed; single messages are not either, so every
+            // consumer sees the bodies the way the application wrote them.
+            .compress_msg_body_over_howmuch(u32::MAX);
         let builder = match acl {
             Some(acl) => builder.rpc_hook(Arc::new(AclClientRPCHook::new(SessionCredentials::with_keys(
                 acl.access_key.as_str(),
@@ -149,11 +153,19 @@ impl Producer {
     /// Sends a prepared batch to `queue` (again, on a retry). `Ok` only on SEND_OK.
     pub async fn send(&self, queue: &MessageQueue, batch: &Prepared) -> Result<SendReceipt, PublishError> {
         let timeout = u64::try_from(self.settings.send_timeout.as_millis()).unwrap_or(u64::MAX);
-        let result = self
-            .producer
-            .send_batch_to_queue_with_timeout(batch.messages.clone(), queue.clone(), timeout)
-            .await
-            .map_err(|e| PublishError::from_client("send", &e))?;
+        let sent = match batch.messages.as_slice() {
+            // One message goes as itself: a batch of one would be wrapped, re-encoded
+            // and checked twice by the client for nothing.
+            [message] => self.producer.send_to_queue_with_timeout(message.clone(), queue.clone(), timeout).await,
+            messages => self
+                .producer
+                .send_batch_to_queue_with_timeout(messages.to_vec(), queue.clone(), timeout)
+                .await
+                .map(Some),
+        };
+        let result = sent
+            .map_err(|e| PublishError::from_client("send", &e))?
+            .ok_or_else(|| PublishError::NotSendOk { status: "no result".to_owned() })?;
         if result.send_status != SendStatus::SendOk {
             return Err(PublishError::NotSendOk { status: result.send_status.to_string() });
         }
