@@ -145,7 +145,7 @@ impl Producer {
             .map_err(|e| PublishError::from_client("create topic", &e))
     }
 
-    /// Sends `events` as one synchronous batch to `queue`. `Ok` only on SEND_OK.
+    /// Sends `events` to `queue` in one synchronous send. `Ok` only on SEND_OK.
     pub async fn send_batch(&self, queue: &MessageQueue, events: &[OutboxEvent]) -> Result<SendReceipt, PublishError> {
         self.send(queue, &prepare(events, None)?).await
     }
