@@ -8,7 +8,7 @@ mod producer;
 mod publisher;
 
 pub use error::{classify, ErrorClass, PublishError};
-pub use message::{check_size, prepare, to_message, Prepared};
+pub use message::{check_size, prepare, Prepared};
 pub use outbox_kit::{client_config, full_message, ClientHost};
 pub use producer::{Producer, ProducerSettings, SendReceipt};
 pub use publisher::{Publisher, PROBE_EVERY};

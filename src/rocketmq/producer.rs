@@ -1,5 +1,5 @@
-//! A started RocketMQ producer that sends synchronous batches to one chosen queue
-//! (a batch of one as a plain message: the client wraps and re-encodes a batch).
+//! A started RocketMQ producer that sends synchronous batches, prepared and encoded
+//! in advance (see `message`), to one chosen queue.
 //!
 //! Queue choice is the caller's (the lanes route by `hash(biz_key) % queue_count`),
 //! so the client's own retries to "another queue" are turned off: a retry to another
@@ -16,6 +16,7 @@ use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use rocketmq_model::result::SendStatus;
 
+use super::message::Wire;
 use super::{client_config, prepare, ClientHost, Prepared, PublishError};
 use crate::config::AclCredentials;
 use crate::event::OutboxEvent;
@@ -153,15 +154,13 @@ impl Producer {
     /// Sends a prepared batch to `queue` (again, on a retry). `Ok` only on SEND_OK.
     pub async fn send(&self, queue: &MessageQueue, batch: &Prepared) -> Result<SendReceipt, PublishError> {
         let timeout = u64::try_from(self.settings.send_timeout.as_millis()).unwrap_or(u64::MAX);
-        let sent = match batch.messages.as_slice() {
-            // One message goes as itself: a batch of one would be wrapped, re-encoded
-            // and checked twice by the client for nothing.
-            [message] => self.producer.send_to_queue_with_timeout(message.clone(), queue.clone(), timeout).await,
-            messages => self
-                .producer
-                .send_batch_to_queue_with_timeout(messages.to_vec(), queue.clone(), timeout)
-                .await
-                .map(Some),
+        let sent = match &batch.wire {
+            Wire::Single(message) => {
+                self.producer.send_to_queue_with_timeout(message.clone(), queue.clone(), timeout).await
+            }
+            Wire::Batch(encoded) => {
+                self.producer.send_to_queue_with_timeout(encoded.clone(), queue.clone(), timeout).await
+            }
         };
         let result = sent
             .map_err(|e| PublishError::from_client("send", &e))?
