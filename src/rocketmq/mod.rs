@@ -2,6 +2,7 @@
 //! reports SEND_OK or a classified error, never a silent "no exception = sent".
 //! The client runtime and settings are the kit's, shared with its consumer.
 
+mod batch;
 mod error;
 mod message;
 mod producer;

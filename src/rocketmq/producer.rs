@@ -30,7 +30,8 @@ pub struct ProducerSettings {
     pub send_timeout: Duration,
 }
 
-/// Proof of a SEND_OK: the broker's message ids, one per event in send order.
+/// Proof of a SEND_OK: the message ids (each message's `UNIQ_KEY`, fixed before the
+/// first attempt), one per event in send order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendReceipt {
     pub msg_ids: Vec<String>,
