@@ -90,25 +90,26 @@ mod tests {
 
     use super::*;
     use crate::rocketmq::message::tests::{event, property_map};
-    use crate::rocketmq::message::{prepare, to_message, Wire};
+    use crate::rocketmq::message::to_message;
+
+    fn ids(count: usize) -> Vec<String> {
+        (0..count).map(|_| MessageClientIDSetter::create_uniq_id()).collect()
+    }
 
     #[test]
     fn a_batch_body_decodes_to_what_the_client_encodes_for_the_same_messages() {
         let events = [event(1), event(2), event(3)];
-        let prepared = prepare(&events, Some(7)).expect("prepared");
-        let Wire::Batch(batch) = &prepared.wire else { panic!("a single message for three events") };
-        let messages: Vec<Message> = events
-            .iter()
-            .zip(&prepared.msg_ids)
-            .map(|(event, id)| to_message(event, Some("7"), id).expect("message"))
-            .collect();
+        let ids = ids(3);
+        let batch = batch_of(&events.iter().collect::<Vec<_>>(), Some("7"), &ids).expect("batch");
+        let messages: Vec<Message> =
+            events.iter().zip(&ids).map(|(event, id)| to_message(event, Some("7"), id).expect("message")).collect();
         let mut ours = batch.get_body().cloned().expect("an encoded body");
         let mut clients = encode_messages(&messages);
         assert_eq!(ours.len(), clients.len());
 
         let (ours, clients) = (decode_messages(&mut ours), decode_messages(&mut clients));
         assert_eq!(ours.len(), 3);
-        for ((mine, theirs), id) in ours.iter().zip(&clients).zip(&prepared.msg_ids) {
+        for ((mine, theirs), id) in ours.iter().zip(&clients).zip(&ids) {
             assert_eq!(mine.get_body(), theirs.get_body());
             assert_eq!(mine.flag(), theirs.flag());
             assert_eq!(property_map(mine), property_map(theirs));
@@ -119,19 +120,18 @@ mod tests {
     #[test]
     fn a_batch_has_the_topic_the_wait_for_the_store_and_an_id_of_its_own() {
         let events = [event(1), event(2)];
-        let prepared = prepare(&events, None).expect("prepared");
-        let Wire::Batch(batch) = &prepared.wire else { panic!("a single message for two events") };
+        let ids = ids(2);
+        let batch = batch_of(&events.iter().collect::<Vec<_>>(), None, &ids).expect("batch");
         assert_eq!(batch.topic().as_str(), "t");
         assert!(batch.is_wait_store_msg_ok());
-        let batch_id = MessageClientIDSetter::get_uniq_id(batch).map(|id| id.to_string());
-        assert!(batch_id.is_some_and(|id| !prepared.msg_ids.contains(&id)), "the batch has an id of its own");
-        assert_ne!(prepared.msg_ids[0], prepared.msg_ids[1]);
+        let batch_id = MessageClientIDSetter::get_uniq_id(&batch).map(|id| id.to_string());
+        assert!(batch_id.is_some_and(|id| !ids.contains(&id)), "the batch has an id of its own");
     }
 
     #[test]
     fn events_of_another_topic_are_refused_not_sent_to_the_first_ones() {
         let other = OutboxEvent { topic: "u".into(), ..event(2) };
-        let error = prepare([&event(1), &other], None).err().expect("refused");
+        let error = batch_of(&[&event(1), &other], None, &ids(2)).err().expect("refused");
         assert!(error.to_string().contains("event e2: its topic u is not the batch's, t"), "{error}");
     }
 }

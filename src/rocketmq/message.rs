@@ -2,60 +2,17 @@
 //! `queryMsgByKey` finds it), user properties `event_id`, `biz_key` and (from the
 //! relay) `relay_term`, the leader term that sent it; body = payload.
 //!
-//! A batch of several events is encoded once, when it is prepared (see `batch`): a
-//! retry sends the same bytes, and the client neither copies, checks nor encodes
-//! every message again on every attempt.
+//! One event goes to the broker as a plain message built here; several go as one
+//! batch message (see `batch`), with the same properties.
 
-use rocketmq_model::common::message::message_batch::MessageBatch;
 use rocketmq_model::common::message::message_builder::MessageBuilder;
-use rocketmq_model::common::message::message_client_id_setter::MessageClientIDSetter;
 use rocketmq_model::common::message::message_single::Message;
 use rocketmq_model::common::message::{MessageConst, MessageTrait};
 
 use outbox_kit::wire::{PROPERTY_BIZ_KEY, PROPERTY_EVENT_ID, PROPERTY_RELAY_TERM};
 
-use super::batch::batch_of;
 use super::PublishError;
 use crate::event::OutboxEvent;
-
-/// A batch ready to send, with the message id of each message fixed in advance.
-///
-/// The id is the producer's unique id (the `UNIQ_KEY` property consumers see as the
-/// message id). It is assigned here, once, so every retry of the batch carries the
-/// same ids and the id stored as `msg_id` is exactly what consumers and
-/// `queryMsgById` see (the broker's answer to a batch names the batch, not its
-/// messages).
-#[derive(Clone)]
-pub struct Prepared {
-    pub(crate) wire: Wire,
-    pub msg_ids: Vec<String>,
-}
-
-/// What goes to the broker for a prepared batch.
-#[derive(Clone)]
-pub(crate) enum Wire {
-    /// One event, as a plain message: a batch of one would only wrap it.
-    Single(Message),
-    /// Several events of one topic, encoded as the body of one batch message.
-    Batch(MessageBatch),
-}
-
-/// Prepares `events` (all of one topic), sent under leader `term` when there is
-/// one: assigns their ids and builds their message, or their batch when there are
-/// several.
-pub fn prepare<'a>(
-    events: impl IntoIterator<Item = &'a OutboxEvent>,
-    term: Option<u64>,
-) -> Result<Prepared, PublishError> {
-    let events: Vec<&OutboxEvent> = events.into_iter().collect();
-    let term = term.map(|term| term.to_string());
-    let msg_ids: Vec<String> = events.iter().map(|_| MessageClientIDSetter::create_uniq_id()).collect();
-    let wire = match events.as_slice() {
-        [event] => Wire::Single(to_message(event, term.as_deref(), &msg_ids[0])?),
-        _ => Wire::Batch(batch_of(&events, term.as_deref(), &msg_ids)?),
-    };
-    Ok(Prepared { wire, msg_ids })
-}
 
 /// The properties of `event`'s message with id `id`: KEYS (indexed by the broker),
 /// the kit's event_id, biz_key and relay_term, and the wait for the store's answer.
@@ -136,27 +93,17 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn one_event_is_a_plain_message_with_its_id_keys_and_properties() {
-        let prepared = prepare([&event(1)], Some(7)).expect("prepared");
-        let Wire::Single(message) = &prepared.wire else { panic!("a batch of one event") };
-        assert_eq!(MessageClientIDSetter::get_uniq_id(message).map(|id| id.to_string()), Some(prepared.msg_ids[0].clone()));
-        let properties = property_map(message);
+    fn a_message_carries_its_id_keys_properties_and_body() {
+        let message = to_message(&event(1), Some("7"), "ID1").expect("message");
+        let properties = property_map(&message);
         let property = |name: &str| properties.get(name).map(String::as_str);
+        assert_eq!(property(MessageConst::PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), Some("ID1"));
         assert_eq!(property(MessageConst::PROPERTY_KEYS), Some("e1"));
         assert_eq!(property(PROPERTY_EVENT_ID), Some("e1"));
         assert_eq!(property(PROPERTY_BIZ_KEY), Some("k"));
         assert_eq!(property(PROPERTY_RELAY_TERM), Some("7"));
         assert!(message.is_wait_store_msg_ok());
+        assert_eq!(message.topic().as_str(), "t");
         assert_eq!(message.get_body(), Some(&event(1).payload));
-    }
-
-    #[test]
-    fn an_empty_payload_is_refused_as_an_event_the_broker_can_never_take() {
-        let empty = OutboxEvent { payload: Bytes::new(), ..OutboxEvent::for_test(2) };
-        for events in [vec![&empty], vec![&empty, &empty]] {
-            let error = prepare(events, None).err().expect("refused");
-            assert_eq!(error.class(), crate::rocketmq::ErrorClass::Event);
-            assert!(error.to_string().contains("event e2: the payload is empty"), "{error}");
-        }
     }
 }

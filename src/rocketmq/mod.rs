@@ -5,11 +5,13 @@
 mod batch;
 mod error;
 mod message;
+mod prepared;
 mod producer;
 mod publisher;
 
 pub use error::{classify, ErrorClass, PublishError};
-pub use message::{check_size, prepare, Prepared};
+pub use message::check_size;
+pub use prepared::{prepare, Prepared};
 pub use outbox_kit::{client_config, full_message, ClientHost};
 pub use producer::{Producer, ProducerSettings, SendReceipt};
 pub use publisher::{Publisher, PROBE_EVERY};

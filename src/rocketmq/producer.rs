@@ -16,7 +16,7 @@ use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use rocketmq_model::result::SendStatus;
 
-use super::message::Wire;
+use super::prepared::Wire;
 use super::{client_config, prepare, ClientHost, Prepared, PublishError};
 use crate::config::AclCredentials;
 use crate::event::OutboxEvent;
