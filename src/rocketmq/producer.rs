@@ -1,5 +1,5 @@
 //! A started RocketMQ producer that sends synchronous batches, prepared and encoded
-//! in advance (see `message`), to one chosen queue.
+//! in advance (see `prepared`), to one chosen queue.
 //!
 //! Queue choice is the caller's (the lanes route by `hash(biz_key) % queue_count`),
 //! so the client's own retries to "another queue" are turned off: a retry to another
