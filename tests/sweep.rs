@@ -1,6 +1,7 @@
 //! The polling sweep against the real MariaDB and RocketMQ: competing sweepers and
-//! leases (the seed's incident 2), first start and a deleted checkpoint, a row reset
-//! by hand, rows that can never be sent, and poll mode on its own.
+//! leases (the seed's incident 2), first start and a deleted checkpoint, slow SENT
+//! write-backs, a row reset by hand, rows that can never be sent, and poll mode on its
+//! own.
 #![recursion_limit = "512"]
 
 mod common;
@@ -176,6 +177,36 @@ async fn a_deleted_checkpoint_with_pending_rows_still_delivers_every_row() {
     assert_eq!(relay.metric("relay_full_sweeps_total"), 1.0, "and counted");
     assert_eq!(relay.stop(), Some(0));
     collector.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_on_the_broker_whose_sent_write_back_is_slow_are_not_swept_again() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "slow_write_back").await;
+    // Each SENT write-back waits 3 s (a slow primary), far past a grace of zero: every
+    // row stays PENDING for seconds after the binlog path acknowledged it, while the
+    // sweep fences and claims what the binlog path has passed, every 200 ms.
+    let mut relay = RelayProcess::start(
+        &stack,
+        &RelayOptions::new(outbox.name())
+            .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 200)
+            .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 0)
+            .env("OUTBOX_RELAY__SOURCE__HEARTBEAT_MS", 500)
+            .env("OUTBOX_RELAY_FAULT_SENT_WRITE_DELAY_MS", 3_000),
+    );
+    relay.wait_ready().await;
+    for seq in 0..12 {
+        outbox.insert_tx(&spread(&events, 3, seq..seq + 1)).await;
+        // Pacing the load (not synchronisation): commits spread over several seconds,
+        // so the binlog path passes the sweep's fences while write-backs wait.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    all_sent(&outbox, 36, Duration::from_secs(90)).await;
+
+    assert_eq!(relay.metric("relay_sweep_claimed_total"), 0.0, "the sweep waited for the write-backs, claimed none");
+    assert_eq!(stored_on_broker(&stack, &events.topic).await, 36, "every event stored once");
+    assert_eq!(relay.stop(), Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

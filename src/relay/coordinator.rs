@@ -32,7 +32,7 @@ use crate::metrics::RelayMetrics;
 use crate::rocketmq::{PublishError, Publisher, PROBE_EVERY};
 use crate::source::sweep::Watermark;
 use crate::source::{Admitted, BinlogPosition, InFlight, Origin};
-use crate::store::Sent;
+use crate::store::{Sent, WriteBacks};
 use crate::supervise::Supervisor;
 
 /// How long the route lookup of a known topic may take when judging whether the
@@ -91,7 +91,7 @@ pub struct Coordinator {
     pub recorder: Recorder,
     /// Bounded: when the primary falls behind, the coordinator waits (backpressure)
     /// instead of queueing write-backs without limit.
-    pub sent: mpsc::Sender<Sent>,
+    pub sent: WriteBacks,
     pub metrics: RelayMetrics,
     pub health: Health,
     /// When the acknowledged prefix last moved (or the first batch after a pause came).
@@ -262,7 +262,7 @@ impl Coordinator {
                     let sent = Sent { id: report.id, event_id: report.event_id, msg_id, at };
                     // Only fails when the writer is gone (shutdown): the row then stays
                     // PENDING and is sent again later, never lost.
-                    let _ = self.health.alive_while(self.sent.send(sent)).await;
+                    let _ = self.health.alive_while(self.sent.row(sent)).await;
                 }
                 Outcome::Failed => {
                     progress.failed += 1;

@@ -46,7 +46,7 @@ use crate::rocketmq::{ProducerSettings, PublishError, Publisher};
 use crate::source::binlog::{Flavor, Reader, ReaderLinks, ReaderSettings};
 use crate::source::sweep::{BinlogGuard, SweepSettings, Sweeper, Watermark};
 use crate::source::{Budget, Handoff};
-use crate::store::{check_migrated, ClaimStore, LeaseStore, Manual, StatusStore};
+use crate::store::{check_migrated, ClaimStore, LeaseStore, Manual, StatusStore, WriteBacks};
 use crate::supervise::Supervisor;
 use prometheus_client::metrics::gauge::Gauge;
 
@@ -402,7 +402,7 @@ async fn start_pipeline(
     let (source_tx, source_rx) = mpsc::channel(64);
     let handoff = Handoff::new(budget, source_tx);
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
-    let (sent_tx, sent_rx) = mpsc::channel(SENT_BACKLOG);
+    let (write_backs, sent_rx) = WriteBacks::channel(SENT_BACKLOG);
     supervisor.spawn("status writer", ok(sent_writer::run(status.clone(), sent_rx)));
     supervisor.spawn("outbox gauges", ok(gauges::watch_outbox(status.clone(), metrics.clone(), shutdown.clone())));
     if config.cleanup.interval_ms > 0 {
@@ -433,6 +433,7 @@ async fn start_pipeline(
         held: held.clone(),
         hold_failed: policy == FailedKeyPolicy::Hold,
         fence: None,
+        write_backs: write_backs.clone(),
     };
     supervisor.spawn("sweep", ok(sweeper.run(shutdown.child_token())));
 
@@ -496,7 +497,7 @@ async fn start_pipeline(
             metrics: metrics.clone(),
             inflight: Gauge::default(),
         },
-        sent: sent_tx,
+        sent: write_backs,
         metrics,
         health: health.clone(),
         progress_at: std::time::Instant::now(),

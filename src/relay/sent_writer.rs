@@ -8,17 +8,19 @@
 //! latency (`sent_at` is the SEND_OK instant) and holds up nothing else: the writer is
 //! off the send path, and the checkpoint does not wait for it.
 //! A batch that still fails after a few attempts is logged and dropped: its rows stay
-//! PENDING and the sweep publishes them again (a duplicate, never a loss).
+//! PENDING and the sweep publishes them again (a duplicate, never a loss). A flush in
+//! the queue (the sweep's, before it claims) ends the wait for company at once and is
+//! answered when every write started before it has finished.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::backoff::Backoff;
 use crate::fault;
-use crate::store::{Sent, StatusStore};
+use crate::store::{Sent, StatusStore, WriteBack};
 
 /// Most rows in one UPDATE.
 const MAX_BATCH: usize = 1_000;
@@ -30,35 +32,54 @@ const CONCURRENT: usize = 2;
 /// How long a batch's first row waits for more before the UPDATE.
 const LINGER: Duration = Duration::from_millis(20);
 
-/// Writes every SENT row that arrives until the channel closes, then waits for the last.
-pub async fn run(status: StatusStore, mut input: mpsc::Receiver<Sent>) {
+/// Writes every SENT row that arrives until the queue closes, then waits for the last;
+/// answers each flush once every write before it has finished.
+pub async fn run(status: StatusStore, mut input: mpsc::Receiver<WriteBack>) {
     let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     let slots = Arc::new(Semaphore::new(CONCURRENT));
     let mut writes = JoinSet::new();
+    let mut flushes = Vec::new();
     while let Some(first) = input.recv().await {
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { break };
         let mut batch = Vec::with_capacity(MAX_BATCH);
-        batch.push(first);
-        gather(&mut input, &mut batch).await;
-        let status = status.clone();
-        writes.spawn(async move {
-            write(&status, &batch, &backoff).await;
-            drop(slot);
-        });
+        take(first, &mut batch, &mut flushes);
+        if !batch.is_empty() {
+            let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { break };
+            if flushes.is_empty() {
+                gather(&mut input, &mut batch, &mut flushes).await;
+            }
+            let status = status.clone();
+            writes.spawn(async move {
+                write(&status, &batch, &backoff).await;
+                drop(slot);
+            });
+        }
+        if !flushes.is_empty() {
+            while writes.join_next().await.is_some() {}
+            flushes.drain(..).for_each(|done| drop(done.send(())));
+        }
         while writes.try_join_next().is_some() {}
     }
     while writes.join_next().await.is_some() {}
 }
 
+/// Sorts one queue entry into the batch or the flushes waiting for it.
+fn take(entry: WriteBack, batch: &mut Vec<Sent>, flushes: &mut Vec<oneshot::Sender<()>>) {
+    match entry {
+        WriteBack::Row(row) => batch.push(row),
+        WriteBack::Flush(done) => flushes.push(done),
+    }
+}
+
 /// Adds the rows that arrive within [`LINGER`] to `batch`, up to [`MAX_BATCH`]; at
-/// once when the input closes (shutdown).
-async fn gather(input: &mut mpsc::Receiver<Sent>, batch: &mut Vec<Sent>) {
+/// once when the input closes (shutdown) or a flush arrives.
+async fn gather(input: &mut mpsc::Receiver<WriteBack>, batch: &mut Vec<Sent>, flushes: &mut Vec<oneshot::Sender<()>>) {
     let until = tokio::time::Instant::now() + LINGER;
-    while batch.len() < MAX_BATCH {
+    let mut arrived = Vec::new();
+    while batch.len() < MAX_BATCH && flushes.is_empty() {
         let room = MAX_BATCH - batch.len();
-        match tokio::time::timeout_at(until, input.recv_many(batch, room)).await {
+        match tokio::time::timeout_at(until, input.recv_many(&mut arrived, room)).await {
             Ok(0) | Err(_) => return,
-            Ok(_) => {}
+            Ok(_) => arrived.drain(..).for_each(|entry| take(entry, batch, flushes)),
         }
     }
 }

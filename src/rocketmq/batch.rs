@@ -32,7 +32,8 @@ pub(super) fn batch_of(
     ids: &[String],
 ) -> Result<MessageBatch, PublishError> {
     let topic = events.first().map_or("", |first| first.topic.as_str());
-    let size = events.iter().zip(ids).map(|(event, id)| encoded_len(event, term, id)).sum();
+    let size =
+        events.iter().zip(ids).map(|(event, id)| encoded_len(event.payload.len(), properties_len(event, term, id))).sum();
     let mut body = BytesMut::with_capacity(size);
     for (event, id) in events.iter().zip(ids) {
         if event.topic != topic {
@@ -53,9 +54,9 @@ fn properties_len(event: &OutboxEvent, term: Option<&str>, id: &str) -> usize {
     properties(event, term, id).map(|(name, value)| name.len() + value.len() + SEPARATORS).sum()
 }
 
-/// The bytes `event`'s message takes in the batch.
-fn encoded_len(event: &OutboxEvent, term: Option<&str>, id: &str) -> usize {
-    FIXED_FIELDS + event.payload.len() + PROPERTIES_LENGTH_FIELD + properties_len(event, term, id)
+/// The bytes a message takes in the batch, from its payload's and properties' bytes.
+fn encoded_len(payload_len: usize, properties_len: usize) -> usize {
+    FIXED_FIELDS + payload_len + PROPERTIES_LENGTH_FIELD + properties_len
 }
 
 /// Appends `event`'s message, with id `id`, to `body`.
@@ -65,7 +66,7 @@ fn encode(event: &OutboxEvent, term: Option<&str>, id: &str, body: &mut BytesMut
     let properties_field = i16::try_from(properties_len)
         .map_err(|_| illegal(event, format!("its properties take {properties_len} bytes, over 32,767")))?;
     let over_2_gib = |_| illegal(event, format!("its payload of {} bytes is over 2 GiB", event.payload.len()));
-    let total = i32::try_from(encoded_len(event, term, id)).map_err(over_2_gib)?;
+    let total = i32::try_from(encoded_len(event.payload.len(), properties_len)).map_err(over_2_gib)?;
     let payload_len = i32::try_from(event.payload.len()).map_err(over_2_gib)?;
     body.put_i32(total);
     body.put_i32(0);

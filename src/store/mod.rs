@@ -1,7 +1,8 @@
 //! SQL on the primary: the schema (migrations), status write-back, the sweep's
 //! claims and leases, the leader lease whose term fences every write, and the
 //! operator's audited manual actions (requeue, skip, cleanup), status report and
-//! read-only reconciliation against a consumer's dedup table.
+//! read-only reconciliation against a consumer's dedup table; and the queue that
+//! carries SENT write-backs to their writer.
 
 mod claims;
 mod clock;
@@ -11,6 +12,7 @@ mod reconcile;
 mod report;
 mod schema;
 mod status;
+mod write_back;
 
 pub use claims::{ClaimStore, Claimed, Cutoff, Malformed};
 pub use lease::{LeaseHolder, LeaseStore, TermFence};
@@ -22,6 +24,7 @@ pub use reconcile::{
 pub use report::{status_report, LeaderReport, PositionReport, StatusReport};
 pub use schema::{check_migrated, has_index, migrate, MigrationReport, NotMigrated, CLAIM_INDEX, KEY_ORDER_INDEX};
 pub use status::{Backlog, Sent, StatusStore};
+pub use write_back::{Flushed, WriteBack, WriteBacks, WriterGone};
 
 use outbox_kit::RowStatus;
 

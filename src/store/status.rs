@@ -58,7 +58,7 @@ impl StatusStore {
         }
         let sql = format!(
             "UPDATE {} o JOIN ({}) v ON o.id = v.id AND o.event_id = v.event_id {} \
-             SET o.status = {SENT}, o.msg_id = v.msg_id, o.sent_at = FROM_UNIXTIME(v.sent_at), o.owner = NULL, \
+             SET o.status = {SENT}, o.msg_id = v.msg_id, o.sent_at = FROM_UNIXTIME(v.sent_at / 1000), o.owner = NULL, \
              o.lease_until = NULL WHERE o.status NOT IN ({SENT}, {SKIPPED})",
             self.outbox.qualified(),
             keyed(rows.len(), &["msg_id", "sent_at"]),
@@ -71,7 +71,7 @@ impl StatusStore {
                     Value::from(r.id),
                     Value::from(r.event_id.as_str()),
                     Value::from(r.msg_id.as_str()),
-                    Value::from(unix_millis_text(r.at)),
+                    Value::from(unix_millis(r.at)),
                 ]
             })
             .collect();
@@ -164,11 +164,11 @@ impl StatusStore {
     }
 }
 
-/// `seconds.millis` since the epoch, rounded to the nearest millisecond (the column's
-/// precision), as text (exact in SQL, unlike a double).
-fn unix_millis_text(at: SystemTime) -> String {
-    let millis = (at.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros() + 500) / 1000;
-    format!("{}.{:03}", millis / 1000, millis % 1000)
+/// Milliseconds since the epoch, rounded to the nearest (the column's precision). The
+/// SQL divides by 1000, which is exact (a decimal), unlike a double.
+fn unix_millis(at: SystemTime) -> u64 {
+    let micros = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros();
+    u64::try_from((micros + 500) / 1000).unwrap_or(u64::MAX)
 }
 
 /// The parameters naming `rows`: id and event_id of each, in order.
@@ -185,8 +185,8 @@ mod tests {
     #[test]
     fn sent_at_is_rounded_to_the_nearest_millisecond() {
         let at = |micros| UNIX_EPOCH + Duration::from_micros(micros);
-        assert_eq!(unix_millis_text(at(1_796_121_005_123_499)), "1796121005.123");
-        assert_eq!(unix_millis_text(at(1_796_121_005_123_500)), "1796121005.124");
-        assert_eq!(unix_millis_text(at(1_796_121_005_999_700)), "1796121006.000");
+        assert_eq!(unix_millis(at(1_796_121_005_123_499)), 1_796_121_005_123);
+        assert_eq!(unix_millis(at(1_796_121_005_123_500)), 1_796_121_005_124);
+        assert_eq!(unix_millis(at(1_796_121_005_999_700)), 1_796_121_006_000);
     }
 }

@@ -1,7 +1,9 @@
 //! The polling sweep: the fallback that makes "no loss" hold where the binlog path
 //! cannot see a row, and the whole relay in poll mode.
 //!
-//! Every `sweep.interval` it puts expired leases back to PENDING, then claims due
+//! Every `sweep.interval` it first waits for the SENT write-backs queued so far (a
+//! row already on the broker is not claimed again just because its write-back is
+//! slow), puts expired leases back to PENDING, then claims due
 //! PENDING rows (up to `sweep.batch` per claim, again at once while claims come back
 //! full) and hands them to the same ordered lanes as the binlog path. What it may
 //! take is the [`Cutoff`]: everything in poll mode; in binlog mode only rows the
@@ -24,7 +26,7 @@ use crate::health::{Health, Part};
 use crate::lanes::HeldKeys;
 use crate::metrics::{FailReason, RelayMetrics};
 use crate::source::{Handoff, Origin, SourceTx};
-use crate::store::{ClaimStore, Claimed, Cutoff, Malformed, StatusStore};
+use crate::store::{ClaimStore, Claimed, Cutoff, Flushed, Malformed, StatusStore, WriteBacks};
 
 pub use watermark::Watermark;
 
@@ -32,6 +34,8 @@ pub use watermark::Watermark;
 pub const TAKEOVER_PERIOD: Duration = Duration::from_secs(1);
 /// Most rows one fence holds; more wait for the next period.
 const FENCE_ROWS: usize = 10_000;
+/// The longest a sweep waits for the SENT write-backs queued before it.
+const WRITE_BACK_WAIT: Duration = Duration::from_secs(30);
 
 /// What the sweep does, and when.
 #[derive(Debug, Clone)]
@@ -75,6 +79,9 @@ pub struct Sweeper {
     pub hold_failed: bool,
     /// Rows seen waiting, to be claimed once the binlog path has passed them.
     pub fence: Option<Fence>,
+    /// The SENT writer's queue: flushed before each sweep, so rows the broker has
+    /// acknowledged are SENT in the table, not claimed and sent again.
+    pub write_backs: WriteBacks,
 }
 
 /// Rows the sweep saw waiting at `at` (database clock): it claims them only after the
@@ -129,19 +136,32 @@ impl Sweeper {
     }
 
     /// One periodic sweep. `false` when the pipeline has stopped.
+    /// The cutoff is read before the flush: every row the binlog path acknowledged
+    /// up to it is then marked SENT before anything is claimed.
     async fn periodic(&mut self) -> bool {
-        self.reclaim().await;
-        self.refresh_held().await;
         let cutoff = match self.cutoff().await {
             Ok(cutoff) => cutoff,
             Err(error) => return self.claim_failed(&Stop::Database(error)),
         };
+        self.settle_write_backs().await;
+        self.reclaim().await;
+        self.refresh_held().await;
         match self.claim_all(&cutoff).await {
             Ok(()) => {
                 self.health.clear(&Part::Sweep);
                 true
             }
             Err(stop) => self.claim_failed(&stop),
+        }
+    }
+
+    /// Waits until the rows acknowledged so far are marked SENT (or given up on), so
+    /// none of them is claimed as if it were still waiting.
+    async fn settle_write_backs(&self) {
+        if self.write_backs.flush(WRITE_BACK_WAIT).await == Flushed::TimedOut {
+            tracing::warn!(
+                "sweep: SENT write-backs are more than {WRITE_BACK_WAIT:?} behind (the primary is slow); the sweep goes on, and rows already on the broker but not yet marked SENT may be sent again"
+            );
         }
     }
 
@@ -203,6 +223,7 @@ impl Sweeper {
         tracing::warn!(reason = %request.reason, "full sweep: every PENDING row committed so far is claimed and sent");
         let backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
         let mut failures = 0u32;
+        self.settle_write_backs().await;
         loop {
             let swept = match self.claims.now().await {
                 Ok(now) => {

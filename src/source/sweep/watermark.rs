@@ -5,7 +5,8 @@
 //! transaction (or of the heartbeat that showed the stream idle): every row created
 //! before it was committed before it, so it has been seen. The sweep takes rows
 //! created more than `sweep.grace` before that time; the grace covers clock skew
-//! between the relay and the database and rows still being written back as SENT.
+//! between the relay and the database (rows acknowledged but still being written back
+//! as SENT the sweep waits for itself, through the write-back queue).
 //! While the binlog path is down longer than `sweep.takeover_after`, its progress
 //! stops meaning anything and the sweep takes everything older than the grace; when
 //! it is down for a cause only a person can fix, the sweep takes over at once.
@@ -44,9 +45,10 @@ impl Watermark {
         Self { acked: AtomicU32::new(acked.unwrap_or(0)), down: Mutex::new(None), outage_began: Notify::new() }
     }
 
-    /// The pipeline acknowledged everything up to a commit at `commit_time`.
+    /// The pipeline acknowledged everything up to a commit at `commit_time`. Release:
+    /// whoever sees the new value also sees the SENT write-backs queued before it.
     pub fn acknowledged(&self, commit_time: u32) {
-        self.acked.fetch_max(commit_time, Ordering::Relaxed);
+        self.acked.fetch_max(commit_time, Ordering::Release);
     }
 
     /// The binlog connection is lost (the first call of an outage counts).
@@ -80,12 +82,12 @@ impl Watermark {
     /// seconds on the database's clock): everything committed before `at` is behind
     /// it. Commit times are whole seconds, so the next second must have been seen.
     pub fn passed(&self, at: f64) -> bool {
-        f64::from(self.acked.load(Ordering::Relaxed)) > at.floor()
+        f64::from(self.acked.load(Ordering::Acquire)) > at.floor()
     }
 
     /// The sweep's cutoff now.
     pub fn cutoff(&self, grace: Duration, takeover_after: Duration) -> Cutoff {
-        let acked = Some(self.acked.load(Ordering::Relaxed)).filter(|&t| t > 0);
+        let acked = Some(self.acked.load(Ordering::Acquire)).filter(|&t| t > 0);
         let down_for = self.outage().map(|o| if o.broken { Duration::MAX } else { o.since.elapsed() });
         cutoff_for(acked, down_for, grace, takeover_after)
     }

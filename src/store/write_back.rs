@@ -1,0 +1,70 @@
+//! The queue of SENT write-backs, from the pipeline to the SENT writer.
+//!
+//! A row the broker acknowledged stays PENDING in the table until its batched
+//! write-back lands. The sweep must not take such a row for one it still has to send:
+//! that is a second send of an event already on the broker, and it happens exactly
+//! when the primary or the relay is slow. So the queue carries, besides the rows, a
+//! flush: the writer answers it once every row queued before it has been written (or
+//! given up on, which leaves the row to the sweep, as it should). The sweep flushes
+//! before it claims, and then sees acknowledged rows as SENT.
+
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::Sent;
+
+/// What the SENT writer takes, in queue order.
+#[derive(Debug)]
+pub enum WriteBack {
+    /// A row to mark SENT.
+    Row(Sent),
+    /// Answer once every row queued before this is written or given up on.
+    Flush(oneshot::Sender<()>),
+}
+
+/// The writer is gone (shutdown): the row stays PENDING and is sent again later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the SENT writer has stopped")]
+pub struct WriterGone;
+
+/// The sending end of the write-back queue; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct WriteBacks(mpsc::Sender<WriteBack>);
+
+/// How a flush ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flushed {
+    /// Every row queued before it is written or given up on.
+    Done,
+    /// It took longer than the caller would wait.
+    TimedOut,
+}
+
+impl WriteBacks {
+    /// A queue of `capacity` entries: a full queue makes [`WriteBacks::row`] wait.
+    pub fn channel(capacity: usize) -> (Self, mpsc::Receiver<WriteBack>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        (Self(tx), rx)
+    }
+
+    /// Queues `row` for the writer, waiting while the queue is full.
+    pub async fn row(&self, row: Sent) -> Result<(), WriterGone> {
+        self.0.send(WriteBack::Row(row)).await.map_err(|_| WriterGone)
+    }
+
+    /// Waits, at most `within`, until every row queued before the call is written or
+    /// given up on. A writer that has stopped has nothing left to write: `Done`.
+    pub async fn flush(&self, within: Duration) -> Flushed {
+        let (done, answer) = oneshot::channel();
+        let flushed = async {
+            if self.0.send(WriteBack::Flush(done)).await.is_ok() {
+                let _ = answer.await;
+            }
+        };
+        match tokio::time::timeout(within, flushed).await {
+            Ok(()) => Flushed::Done,
+            Err(_) => Flushed::TimedOut,
+        }
+    }
+}
