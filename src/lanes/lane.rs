@@ -2,7 +2,8 @@
 //!
 //! Events of a queue arrive in source order; the lane sends them in synchronous
 //! batches (up to `batch_size` events and the broker's size limit, waiting at most
-//! `linger` to fill one). What happens when a batch is not confirmed depends on what
+//! `linger` to fill one, unless its last batch held a single event: a trickle is sent
+//! as it comes). What happens when a batch is not confirmed depends on what
 //! the failure says (see `rocketmq::ErrorClass`):
 //! - the broker cannot take anything now (an outage): the lane holds the batch and
 //!   sends it again, probing every few seconds at most and at once when a new
@@ -105,17 +106,27 @@ impl Lane {
     /// Sends everything that arrives on `input`, in order, until it closes or shutdown.
     /// A lane that stopped in the middle never sends anything after the stop.
     pub async fn run(self, mut input: mpsc::UnboundedReceiver<LaneEvent>) {
+        let mut linger = true;
         while let Some(first) = input.recv().await {
-            let Some(batch) = self.fill(first, &mut input).await else { return };
+            let Some(batch) = self.fill(first, &mut input, linger).await else { return };
+            // Events that come one at a time are sent at once: waiting for company that
+            // does not come costs each of them the linger and a timer. Once events queue
+            // up while a batch is out, batches have company and the lane lingers again.
+            linger = batch.len() > 1;
             if !self.deliver(batch).await {
                 return;
             }
         }
     }
 
-    /// Collects a batch: what is already queued, then up to `linger` for more; `None`
-    /// when a batch sent on the way stopped.
-    async fn fill(&self, first: LaneEvent, input: &mut mpsc::UnboundedReceiver<LaneEvent>) -> Option<Vec<LaneEvent>> {
+    /// Collects a batch: what is already queued, then (if `linger`) up to the linger
+    /// for more; `None` when a batch sent on the way stopped.
+    async fn fill(
+        &self,
+        first: LaneEvent,
+        input: &mut mpsc::UnboundedReceiver<LaneEvent>,
+        linger: bool,
+    ) -> Option<Vec<LaneEvent>> {
         let limit = self.settings.max_message_bytes;
         let mut bytes = first.event.payload.len() + MESSAGE_OVERHEAD;
         let mut batch = vec![first];
@@ -123,7 +134,7 @@ impl Lane {
         while batch.len() < self.settings.batch_size {
             let next = match input.try_recv() {
                 Ok(next) => next,
-                Err(_) if self.settings.linger.is_zero() => break,
+                Err(_) if !linger || self.settings.linger.is_zero() => break,
                 Err(_) => match tokio::time::timeout_at(deadline, input.recv()).await {
                     Ok(Some(next)) => next,
                     _ => break,
