@@ -57,6 +57,7 @@ pub struct RelayMetrics {
     pub send_seconds: Histogram,
     pub held_keys: Gauge,
     pub swept: Counter,
+    pub write_back_wait: Histogram,
     pub reclaimed: Counter,
     pub position_lost: Counter,
     pub full_sweeps: Counter,
@@ -104,6 +105,7 @@ impl RelayMetrics {
             send_seconds: Histogram::new(LATENCY_BUCKETS),
             held_keys: Gauge::default(),
             swept: Counter::default(),
+            write_back_wait: Histogram::new(LATENCY_BUCKETS),
             reclaimed: Counter::default(),
             position_lost: Counter::default(),
             full_sweeps: Counter::default(),
@@ -171,6 +173,11 @@ impl RelayMetrics {
             self.lane_inflight.clone(),
         );
         registry.register("relay_sweep_claimed", "Rows the sweep claimed (SENDING) to publish", self.swept.clone());
+        registry.register(
+            "relay_sweep_write_back_wait_seconds",
+            "How long each sweep waited for the SENT write-backs queued before it (at most 30 s), so that rows already on the broker are not claimed again",
+            self.write_back_wait.clone(),
+        );
         registry.register(
             "relay_sweep_reclaimed",
             "SENDING rows whose lease expired, put back to PENDING (a sweeper died or stalled)",

@@ -38,15 +38,12 @@ pub async fn run(status: StatusStore, mut input: mpsc::Receiver<WriteBack>) {
     let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     let slots = Arc::new(Semaphore::new(CONCURRENT));
     let mut writes = JoinSet::new();
-    let mut flushes = Vec::new();
     while let Some(first) = input.recv().await {
-        let mut batch = Vec::with_capacity(MAX_BATCH);
+        let (mut batch, mut flushes) = (Vec::with_capacity(MAX_BATCH), Vec::new());
         take(first, &mut batch, &mut flushes);
         if !batch.is_empty() {
             let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { break };
-            if flushes.is_empty() {
-                gather(&mut input, &mut batch, &mut flushes).await;
-            }
+            gather(&mut input, &mut batch, &mut flushes).await;
             let status = status.clone();
             writes.spawn(async move {
                 write(&status, &batch, &backoff).await;
@@ -55,7 +52,9 @@ pub async fn run(status: StatusStore, mut input: mpsc::Receiver<WriteBack>) {
         }
         if !flushes.is_empty() {
             while writes.join_next().await.is_some() {}
-            flushes.drain(..).for_each(|done| drop(done.send(())));
+            for done in flushes {
+                let _ = done.send(());
+            }
         }
         while writes.try_join_next().is_some() {}
     }

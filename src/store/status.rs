@@ -58,7 +58,7 @@ impl StatusStore {
         }
         let sql = format!(
             "UPDATE {} o JOIN ({}) v ON o.id = v.id AND o.event_id = v.event_id {} \
-             SET o.status = {SENT}, o.msg_id = v.msg_id, o.sent_at = FROM_UNIXTIME(v.sent_at / 1000), o.owner = NULL, \
+             SET o.status = {SENT}, o.msg_id = v.msg_id, o.sent_at = FROM_UNIXTIME(v.sent_at * 0.001), o.owner = NULL, \
              o.lease_until = NULL WHERE o.status NOT IN ({SENT}, {SKIPPED})",
             self.outbox.qualified(),
             keyed(rows.len(), &["msg_id", "sent_at"]),
@@ -165,7 +165,8 @@ impl StatusStore {
 }
 
 /// Milliseconds since the epoch, rounded to the nearest (the column's precision). The
-/// SQL divides by 1000, which is exact (a decimal), unlike a double.
+/// SQL multiplies by the decimal 0.001, which is exact whatever the server's division
+/// settings, unlike a double.
 fn unix_millis(at: SystemTime) -> u64 {
     let micros = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros();
     u64::try_from((micros + 500) / 1000).unwrap_or(u64::MAX)

@@ -1,11 +1,11 @@
 //! The polling sweep: the fallback that makes "no loss" hold where the binlog path
 //! cannot see a row, and the whole relay in poll mode.
 //!
-//! Every `sweep.interval` it first waits for the SENT write-backs queued so far (a
-//! row already on the broker is not claimed again just because its write-back is
-//! slow), puts expired leases back to PENDING, then claims due
+//! Every `sweep.interval` it puts expired leases back to PENDING, then claims due
 //! PENDING rows (up to `sweep.batch` per claim, again at once while claims come back
-//! full) and hands them to the same ordered lanes as the binlog path. What it may
+//! full) and hands them to the same ordered lanes as the binlog path. In binlog mode
+//! it first waits for the SENT write-backs queued so far, so a row already on the
+//! broker is not claimed again just because its write-back is slow. What it may
 //! take is the [`Cutoff`]: everything in poll mode; in binlog mode only rows the
 //! binlog path has passed ([`watermark`]). A full sweep (first start, lost binlog
 //! position) takes every row committed before it began, and reports when it has
@@ -79,8 +79,8 @@ pub struct Sweeper {
     pub hold_failed: bool,
     /// Rows seen waiting, to be claimed once the binlog path has passed them.
     pub fence: Option<Fence>,
-    /// The SENT writer's queue: flushed before each sweep, so rows the broker has
-    /// acknowledged are SENT in the table, not claimed and sent again.
+    /// The SENT writer's queue: flushed before each binlog-mode sweep, so rows the
+    /// broker has acknowledged are SENT in the table, not claimed and sent again.
     pub write_backs: WriteBacks,
 }
 
@@ -92,6 +92,15 @@ pub struct Sweeper {
 pub struct Fence {
     pub at: f64,
     pub ids: Vec<u64>,
+}
+
+/// One period's work, decided from the binlog path's progress before the sweep waits
+/// for the write-backs.
+struct Plan {
+    /// What this period claims.
+    claim: Cutoff,
+    /// Binlog mode: rows still waiting below this are fenced for a later period.
+    fence_behind: Option<Cutoff>,
 }
 
 /// Why a round of claims stopped early.
@@ -136,17 +145,22 @@ impl Sweeper {
     }
 
     /// One periodic sweep. `false` when the pipeline has stopped.
-    /// The cutoff is read before the flush: every row the binlog path acknowledged
-    /// up to it is then marked SENT before anything is claimed.
+    ///
+    /// What it may claim is read from the binlog path's progress before it waits for
+    /// the write-backs: every row acknowledged up to that progress is then SENT in the
+    /// table, not claimed as if it were still waiting.
     async fn periodic(&mut self) -> bool {
-        let cutoff = match self.cutoff().await {
-            Ok(cutoff) => cutoff,
-            Err(error) => return self.claim_failed(&Stop::Database(error)),
-        };
-        self.settle_write_backs().await;
+        let Plan { claim, fence_behind } = self.plan();
+        if self.settings.binlog.is_some() && (claim != Cutoff::Nothing || fence_behind.is_some()) {
+            self.settle_write_backs().await;
+        }
         self.reclaim().await;
         self.refresh_held().await;
-        match self.claim_all(&cutoff).await {
+        let swept = match self.claim_all(&claim).await {
+            Ok(()) => self.note_fence(fence_behind.as_ref()).await.map_err(Stop::Database),
+            Err(stop) => Err(stop),
+        };
+        match swept {
             Ok(()) => {
                 self.health.clear(&Part::Sweep);
                 true
@@ -158,7 +172,10 @@ impl Sweeper {
     /// Waits until the rows acknowledged so far are marked SENT (or given up on), so
     /// none of them is claimed as if it were still waiting.
     async fn settle_write_backs(&self) {
-        if self.write_backs.flush(WRITE_BACK_WAIT).await == Flushed::TimedOut {
+        let started = std::time::Instant::now();
+        let flushed = self.write_backs.flush(WRITE_BACK_WAIT).await;
+        self.metrics.write_back_wait.observe(started.elapsed().as_secs_f64());
+        if flushed == Flushed::TimedOut {
             tracing::warn!(
                 "sweep: SENT write-backs are more than {WRITE_BACK_WAIT:?} behind (the primary is slow); the sweep goes on, and rows already on the broker but not yet marked SENT may be sent again"
             );
@@ -173,26 +190,36 @@ impl Sweeper {
         true
     }
 
-    /// What this period may claim: everything due in poll mode; while the binlog path
-    /// is down past its takeover delay, everything older than the grace; otherwise the
-    /// rows fenced in an earlier period that the binlog path has passed since.
-    async fn cutoff(&mut self) -> Result<Cutoff, mysql_async::Error> {
-        let Some(guard) = &self.settings.binlog else { return Ok(Cutoff::Everything) };
+    /// What this period may claim, from the binlog path's progress alone: everything
+    /// due in poll mode; while the binlog path is down past its takeover delay,
+    /// everything older than the grace; otherwise the rows fenced in an earlier period
+    /// that the binlog path has passed since. In binlog mode it also says below which
+    /// creation time the rows still waiting are fenced for a later period.
+    fn plan(&mut self) -> Plan {
+        let Some(guard) = &self.settings.binlog else { return Plan { claim: Cutoff::Everything, fence_behind: None } };
         let behind = match guard.watermark.cutoff(guard.grace, guard.takeover_after) {
             behind @ Cutoff::Before(_) => behind,
-            takeover_or_nothing => return Ok(takeover_or_nothing),
+            takeover_or_nothing => return Plan { claim: takeover_or_nothing, fence_behind: None },
         };
-        let ready = match self.fence.take() {
-            Some(fence) if guard.watermark.passed(fence.at) => Cutoff::Listed(fence.ids),
+        match self.fence.take() {
+            Some(fence) if guard.watermark.passed(fence.at) => {
+                Plan { claim: Cutoff::Listed(fence.ids), fence_behind: Some(behind) }
+            }
             Some(waiting) => {
                 self.fence = Some(waiting);
-                return Ok(Cutoff::Nothing);
+                Plan { claim: Cutoff::Nothing, fence_behind: None }
             }
-            None => Cutoff::Nothing,
-        };
-        let (at, ids) = self.claims.visible(FENCE_ROWS, &behind).await?;
+            None => Plan { claim: Cutoff::Nothing, fence_behind: Some(behind) },
+        }
+    }
+
+    /// Fences the rows still waiting below `behind`, to be claimed once the binlog path
+    /// has passed them.
+    async fn note_fence(&mut self, behind: Option<&Cutoff>) -> Result<(), mysql_async::Error> {
+        let Some(behind) = behind else { return Ok(()) };
+        let (at, ids) = self.claims.visible(FENCE_ROWS, behind).await?;
         self.fence = (!ids.is_empty()).then_some(Fence { at, ids });
-        Ok(ready)
+        Ok(())
     }
 
     /// Brings the held keys in line with the table: every key with a FAILED row is
