@@ -260,9 +260,12 @@ impl Coordinator {
                 Outcome::Sent { msg_id, at } => {
                     progress.sent += 1;
                     let sent = Sent { id: report.id, event_id: report.event_id, msg_id, at };
-                    // Only fails when the writer is gone (shutdown): the row then stays
-                    // PENDING and is sent again later, never lost.
-                    let _ = self.health.alive_while(self.sent.row(sent)).await;
+                    // A full queue (the primary behind) is waited out; the writer is only
+                    // gone at shutdown, when the row stays PENDING and is sent again
+                    // later, never lost.
+                    if let Err(sent) = self.sent.try_row(sent) {
+                        let _ = self.health.alive_while(self.sent.row(sent)).await;
+                    }
                 }
                 Outcome::Failed => {
                     progress.failed += 1;

@@ -9,7 +9,7 @@
 //! off the send path, and the checkpoint does not wait for it.
 //! A batch that still fails after a few attempts is logged and dropped: its rows stay
 //! PENDING and the sweep publishes them again (a duplicate, never a loss). A flush in
-//! the queue (the sweep's, before it claims) ends the wait for company at once and is
+//! the queue (the sweep's, before it claims) closes the batch it is found in and is
 //! answered when every write started before it has finished.
 
 use std::sync::Arc;
@@ -69,17 +69,17 @@ fn take(entry: WriteBack, batch: &mut Vec<Sent>, flushes: &mut Vec<oneshot::Send
     }
 }
 
-/// Adds the rows that arrive within [`LINGER`] to `batch`, up to [`MAX_BATCH`]; at
-/// once when the input closes (shutdown) or a flush arrives.
+/// Adds to `batch` what is queued after [`LINGER`] (at once when a whole batch is
+/// already queued), up to [`MAX_BATCH`] rows or the first flush. The writer sleeps
+/// meanwhile rather than wait on the queue, so rows queued during the linger wake
+/// no one: under a steady load, one wake-up per batch instead of one per row.
 async fn gather(input: &mut mpsc::Receiver<WriteBack>, batch: &mut Vec<Sent>, flushes: &mut Vec<oneshot::Sender<()>>) {
-    let until = tokio::time::Instant::now() + LINGER;
-    let mut arrived = Vec::new();
+    if input.len() < MAX_BATCH - batch.len() {
+        tokio::time::sleep(LINGER).await;
+    }
     while batch.len() < MAX_BATCH && flushes.is_empty() {
-        let room = MAX_BATCH - batch.len();
-        match tokio::time::timeout_at(until, input.recv_many(&mut arrived, room)).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => arrived.drain(..).for_each(|entry| take(entry, batch, flushes)),
-        }
+        let Ok(entry) = input.try_recv() else { return };
+        take(entry, batch, flushes);
     }
 }
 

@@ -48,6 +48,15 @@ impl WriteBacks {
         (Self(tx), rx)
     }
 
+    /// Queues `row` if the queue has room now; gives it back when the queue is full,
+    /// to wait with [`WriteBacks::row`]. A stopped writer takes nothing, as there.
+    pub fn try_row(&self, row: Sent) -> Result<(), Sent> {
+        match self.0.try_send(WriteBack::Row(row)) {
+            Err(mpsc::error::TrySendError::Full(WriteBack::Row(row))) => Err(row),
+            _ => Ok(()),
+        }
+    }
+
     /// Queues `row` for the writer, waiting while the queue is full.
     pub async fn row(&self, row: Sent) -> Result<(), WriterGone> {
         self.0.send(WriteBack::Row(row)).await.map_err(|_| WriterGone)
