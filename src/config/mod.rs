@@ -78,6 +78,8 @@ pub struct Config {
     pub http: HttpConfig,
     #[serde(default)]
     pub log: LogConfig,
+    #[serde(default)]
+    pub runtime: RuntimeSettings,
 }
 
 /// The server whose binlog is tailed (a replica in production).
@@ -275,6 +277,16 @@ pub struct CheckpointConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct HttpConfig {
     pub listen: String,
+}
+
+/// The async runtime the relay and its RocketMQ client share.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeSettings {
+    /// Worker threads; unset, one per core. One thread keeps every hand-off between
+    /// the relay's tasks and the client's on that thread (no cross-thread wake-ups, the
+    /// cheapest at a steady trickle) and caps the relay at one core.
+    pub worker_threads: Option<usize>,
 }
 
 /// Log output.

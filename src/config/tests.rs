@@ -25,6 +25,13 @@ fn example_config_loads_with_documented_values() {
     assert_eq!(config.rocketmq.topics["t-order-event"].queue_count, 8);
     assert_eq!(config.retry.max_retry, 8);
     assert_eq!(config.outbox_schema(), Some("app"));
+    assert_eq!(config.runtime.worker_threads, None, "one worker per core unless set");
+}
+
+#[test]
+fn zero_worker_threads_is_refused_with_the_setting_named() {
+    let error = error_of(EXAMPLE, &[("OUTBOX_RELAY__RUNTIME__WORKER_THREADS", "0")]);
+    assert!(error.contains("runtime.worker_threads") && error.contains("at least 1"), "{error}");
 }
 
 #[test]

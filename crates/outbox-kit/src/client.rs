@@ -73,10 +73,17 @@ pub struct ClientHost {
 }
 
 impl ClientHost {
-    /// Builds the runtime; `name` prefixes its thread names.
+    /// Builds the runtime, a worker thread per core; `name` prefixes its thread names.
     pub fn start(name: &str) -> Result<Self, ClientError> {
+        Self::with_workers(name, None)
+    }
+
+    /// Builds the runtime with `workers` worker threads (`None`: one per core).
+    pub fn with_workers(name: &str, workers: Option<usize>) -> Result<Self, ClientError> {
         let internal = ClientError::internal;
-        let mut config = RuntimeConfig { thread_name: name.to_owned(), ..Default::default() }
+        let defaults = RuntimeConfig::default();
+        let worker_threads = workers.unwrap_or(defaults.worker_threads);
+        let mut config = RuntimeConfig { thread_name: name.to_owned(), worker_threads, ..defaults }
             .with_max_blocking_threads(BLOCKING_THREADS)
             .map_err(|e| internal("plan client runtime", e.to_string()))?;
         // Push consumers run every handler call on the metadata-io blocking lane. Its
