@@ -63,8 +63,10 @@ pub struct RowKey<'a> {
 }
 
 /// A derived table of `rows` keys plus `columns` more values per row, to JOIN on:
-/// `SELECT ? AS id, ? AS event_id[, ? AS c]... UNION ALL SELECT ?, ?[, ?]...`.
+/// `SELECT ? AS id, ? AS event_id[, ? AS c]... UNION ALL SELECT ?, ?[, ?]...`, written
+/// for [`padded`] rows: its parameters must come from [`padded`] too.
 fn keyed(rows: usize, columns: &[&str]) -> String {
+    let rows = padded_len(rows);
     let first: String = ["? AS id", "? AS event_id"]
         .into_iter()
         .map(str::to_owned)
@@ -78,13 +80,40 @@ fn keyed(rows: usize, columns: &[&str]) -> String {
         .join(" UNION ALL ")
 }
 
+/// The row count a statement over `rows` rows is written for: the next power of two.
+/// A statement is prepared once per text and connection, then cached: with a text per
+/// row count, nearly every batch would prepare its own (a round trip, and four or more
+/// parameter descriptions per row read back), which cost the relay a quarter of its
+/// CPU in a drain.
+fn padded_len(rows: usize) -> usize {
+    rows.next_power_of_two()
+}
+
+/// `rows`, then its last row again up to [`padded_len`]: a JOIN matches (and an UPDATE
+/// changes) a row once however often the derived table names it.
+fn padded<T>(rows: &[T]) -> impl Iterator<Item = &T> {
+    let extra = padded_len(rows.len()) - rows.len();
+    rows.iter().chain(rows.last().into_iter().flat_map(move |last| std::iter::repeat_n(last, extra)))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::keyed;
+    use super::{keyed, padded};
 
     #[test]
     fn a_keyed_derived_table_names_its_columns_once() {
         assert_eq!(keyed(1, &[]), "SELECT ? AS id, ? AS event_id");
         assert_eq!(keyed(2, &["msg_id"]), "SELECT ? AS id, ? AS event_id, ? AS msg_id UNION ALL SELECT ?, ?, ?");
+    }
+
+    #[test]
+    fn statements_are_written_for_a_power_of_two_rows_the_last_row_repeated() {
+        assert_eq!(keyed(3, &[]), keyed(4, &[]), "one text for 3 and 4 rows");
+        assert_ne!(keyed(4, &[]), keyed(5, &[]));
+        assert_eq!(padded(&[1, 2, 3]).copied().collect::<Vec<_>>(), [1, 2, 3, 3]);
+        assert_eq!(padded(&[1, 2, 3, 4]).copied().collect::<Vec<_>>(), [1, 2, 3, 4]);
+        assert_eq!(padded(&[7]).copied().collect::<Vec<_>>(), [7]);
+        assert_eq!(padded::<u8>(&[]).count(), 0);
+        assert_eq!(padded(&[0; 600]).count(), 1_024);
     }
 }

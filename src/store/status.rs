@@ -13,7 +13,7 @@ use mysql_async::{Params, Pool, Value};
 
 use outbox_kit::{truncate_utf8, OutboxTable, RowStatus};
 
-use super::{keyed, RowKey, TermFence, FAILED, PENDING, SENDING, SENT, SKIPPED};
+use super::{keyed, padded, RowKey, TermFence, FAILED, PENDING, SENDING, SENT, SKIPPED};
 
 /// `last_error` column width.
 const LAST_ERROR_MAX: usize = 1024;
@@ -64,8 +64,7 @@ impl StatusStore {
             keyed(rows.len(), &["msg_id", "sent_at"]),
             self.fence.join()
         );
-        let params: Vec<Value> = rows
-            .iter()
+        let params: Vec<Value> = padded(rows)
             .flat_map(|r| {
                 [
                     Value::from(r.id),
@@ -172,9 +171,10 @@ fn unix_millis(at: SystemTime) -> u64 {
     u64::try_from((micros + 500) / 1000).unwrap_or(u64::MAX)
 }
 
-/// The parameters naming `rows`: id and event_id of each, in order.
+/// The parameters naming `rows` in a [`keyed`] table: id and event_id of each, in
+/// order, [`padded`].
 pub(super) fn key_params(rows: &[RowKey<'_>]) -> Vec<Value> {
-    rows.iter().flat_map(|r| [Value::from(r.id), Value::from(r.event_id)]).collect()
+    padded(rows).flat_map(|r| [Value::from(r.id), Value::from(r.event_id)]).collect()
 }
 
 #[cfg(test)]

@@ -249,9 +249,12 @@ impl Drop for Rig {
 pub struct RelayChild(RelayProcess);
 
 impl RelayChild {
-    /// Waits until `/readyz` answers 200 (in binlog mode: the reader streams); when.
+    /// Waits until `/readyz` answers 200 as the leader (in binlog mode: the reader
+    /// streams from a saved position); when. A relay is ready as a standby too, before
+    /// it has taken the lease: stopped then, it has saved no checkpoint, and the next
+    /// start would be a first start, drained by a full sweep instead of the binlog.
     pub async fn wait_ready(&mut self) -> anyhow::Result<Instant> {
-        self.0.wait_readiness(true, Duration::from_secs(300)).await?;
+        self.0.wait_readiness_with(true, r#""role":"leader""#, Duration::from_secs(300)).await?;
         Ok(Instant::now())
     }
 
