@@ -1,7 +1,7 @@
 //! The polling sweep against the real MariaDB and RocketMQ: competing sweepers and
-//! leases (the seed's incident 2), first start and a deleted checkpoint, slow SENT
-//! write-backs, a row reset by hand, rows that can never be sent, and poll mode on its
-//! own.
+//! leases (a sweeper that dies holding claims), first start and a deleted checkpoint,
+//! slow SENT write-backs, a row reset by hand, rows that can never be sent, and poll
+//! mode on its own.
 #![recursion_limit = "512"]
 
 mod common;
@@ -180,6 +180,7 @@ async fn a_deleted_checkpoint_with_pending_rows_still_delivers_every_row() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(feature = "fault-injection"), ignore = "needs --features fault-injection (scripts/test enables it)")]
 async fn rows_on_the_broker_whose_sent_write_back_is_slow_are_not_swept_again() {
     let stack = Stack::from_env();
     let outbox = TestOutbox::create(&stack).await;

@@ -79,7 +79,7 @@ pub struct Config {
     #[serde(default)]
     pub log: LogConfig,
     #[serde(default)]
-    pub runtime: RuntimeSettings,
+    pub runtime: RuntimeConfig,
 }
 
 /// The server whose binlog is tailed (a replica in production).
@@ -282,7 +282,7 @@ pub struct HttpConfig {
 /// The async runtime the relay and its RocketMQ client share.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct RuntimeSettings {
+pub struct RuntimeConfig {
     /// Worker threads; unset, one per core. One thread keeps every hand-off between
     /// the relay's tasks and the client's on that thread (no cross-thread wake-ups, the
     /// cheapest at a steady trickle) and caps the relay at one core.

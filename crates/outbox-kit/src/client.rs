@@ -57,7 +57,7 @@ pub fn full_message(error: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
-/// Handler calls that may wait for a blocking thread (see `ClientHost::start`).
+/// Handler calls that may wait for a blocking thread (see `ClientHost::with_workers`).
 const CONSUME_QUEUE_DEPTH: usize = 65_536;
 /// Handler calls running at once (the Java client's default consumeThreadMin).
 const CONSUME_THREADS: usize = 20;
