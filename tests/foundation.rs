@@ -182,3 +182,49 @@ async fn session_status(conn: &mut mysql_async::Conn, name: &str) -> u64 {
         conn.query_first(format!("SHOW SESSION STATUS LIKE '{name}'")).await.expect("session status");
     row.map(|(_, value)| value).unwrap_or_else(|| panic!("no session status {name}"))
 }
+
+/// Write-backs are statements written for a power-of-two row count, the last row named
+/// again: three rows go as four. Each row still changes once (one retry counted, not
+/// two) and counts once, for FAILED and for SENT alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_padded_write_back_changes_each_row_once() {
+    use outbox_relay::store::{LeaseStore, RowKey, Sent, StatusStore};
+
+    let stack = Stack::from_env();
+    let outbox = common::outbox::TestOutbox::create(&stack).await;
+    let events = common::events::Events::new(&stack, "padded").await;
+    outbox.insert_tx(&events.rows("k", 0..6)).await;
+    let lease = LeaseStore::new(outbox.pool.clone(), &outbox.table.schema, &unique("padded"));
+    let term = lease.acquire("padded-test", Duration::from_secs(60)).await.expect("acquire").expect("a term");
+    let status = StatusStore::new(outbox.pool.clone(), outbox.table.clone(), lease.fence(term));
+    let mut conn = outbox.pool.get_conn().await.expect("conn");
+    let rows: Vec<(u64, String)> = conn
+        .query(format!("SELECT id, event_id FROM {} ORDER BY id", outbox.table.qualified()))
+        .await
+        .expect("rows");
+
+    let failing: Vec<RowKey<'_>> = rows[..3].iter().map(|(id, event_id)| RowKey { id: *id, event_id }).collect();
+    assert_eq!(status.mark_failed(&failing, "padded").await.expect("mark FAILED"), 3, "three rows changed");
+    let sent: Vec<Sent> = rows[3..]
+        .iter()
+        .map(|(id, event_id)| Sent {
+            id: *id,
+            event_id: event_id.clone(),
+            msg_id: format!("M{id}"),
+            at: std::time::SystemTime::now(),
+        })
+        .collect();
+    assert_eq!(status.mark_sent(&sent).await.expect("mark SENT"), 3, "three rows changed");
+
+    let tries: Vec<(u64, u8, u32, Option<String>)> = conn
+        .query(format!("SELECT id, status, retry_count, msg_id FROM {} ORDER BY id", outbox.table.qualified()))
+        .await
+        .expect("statuses");
+    for (id, status, retry_count, msg_id) in &tries[..3] {
+        assert_eq!((*status, *retry_count, msg_id.as_deref()), (3, 1, None), "row {id}: FAILED, one retry counted");
+    }
+    for (id, status, retry_count, msg_id) in &tries[3..] {
+        assert_eq!((*status, *retry_count), (2, 0), "row {id}: SENT");
+        assert_eq!(msg_id.as_deref(), Some(format!("M{id}").as_str()), "row {id}: its own msg_id");
+    }
+}
