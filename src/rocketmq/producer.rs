@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rocketmq_client_rust::{AclClientRPCHook, ClientRuntime, DefaultMQProducer, SessionCredentials};
+use rocketmq_client_rust::{AclClientRPCHook, ClientConfig, ClientRuntime, DefaultMQProducer, SessionCredentials};
 use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use rocketmq_model::result::SendStatus;
@@ -77,7 +77,7 @@ impl Producer {
         acl: Option<&AclCredentials>,
     ) -> Result<Self, PublishError> {
         let builder = DefaultMQProducer::builder(client)
-            .client_config(client_config(&settings.namesrv))
+            .client_config(producer_config(&settings.namesrv))
             .producer_group(settings.group.clone())
             .name_server_addr(settings.namesrv.clone())
             .send_msg_timeout(millis_u32(settings.send_timeout))
@@ -227,6 +227,14 @@ impl Producer {
     }
 }
 
+/// The shared client settings with one pull worker instead of one per core. The
+/// client starts its consumers' pull service in a producer too, and every pull
+/// worker wakes whenever any request gives back its share of the client's resource
+/// budget (three times per send): a producer, which pulls nothing, keeps one.
+fn producer_config(namesrv: &str) -> ClientConfig {
+    ClientConfig { pull_message_service_shards: 1, ..client_config(namesrv) }
+}
+
 /// Queue count suggested when a topic that is not pinned in the config is missing.
 const DEFAULT_QUEUE_COUNT: u32 = 8;
 
@@ -243,4 +251,17 @@ fn missing_topic_or(topic: &str, pinned: u32, error: PublishError) -> PublishErr
 
 fn millis_u32(duration: Duration) -> u32 {
     u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_producer_keeps_one_pull_worker_and_the_shared_settings() {
+        let config = producer_config("10.0.0.1:9876");
+        assert_eq!(config.pull_message_service_shards, 1);
+        assert_eq!(config.namesrv_addr.as_ref().map(|a| a.as_str()), Some("10.0.0.1:9876"));
+        assert!(!config.vip_channel_enabled);
+    }
 }
