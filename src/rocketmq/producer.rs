@@ -77,7 +77,7 @@ impl Producer {
         acl: Option<&AclCredentials>,
     ) -> Result<Self, PublishError> {
         let builder = DefaultMQProducer::builder(client)
-            .client_config(producer_config(&settings.namesrv))
+            .client_config(producer_config(client_config(&settings.namesrv)))
             .producer_group(settings.group.clone())
             .name_server_addr(settings.namesrv.clone())
             .send_msg_timeout(millis_u32(settings.send_timeout))
@@ -227,12 +227,13 @@ impl Producer {
     }
 }
 
-/// The shared client settings with one pull worker instead of one per core. The
-/// client starts its consumers' pull service in a producer too, and every pull
-/// worker wakes whenever any request gives back its share of the client's resource
-/// budget (three times per send): a producer, which pulls nothing, keeps one.
-fn producer_config(namesrv: &str) -> ClientConfig {
-    ClientConfig { pull_message_service_shards: 1, ..client_config(namesrv) }
+/// `shared` with one pull worker instead of one per core (at most 8). The client
+/// starts its consumers' pull service in a producer's client too, and the service's
+/// loop and every pull worker wake whenever any request gives back its share of the
+/// runtime's resource budget (three times per send). A producer pulls nothing and
+/// keeps one worker; the client allows no fewer.
+fn producer_config(shared: ClientConfig) -> ClientConfig {
+    ClientConfig { pull_message_service_shards: 1, ..shared }
 }
 
 /// Queue count suggested when a topic that is not pinned in the config is missing.
@@ -259,9 +260,9 @@ mod tests {
 
     #[test]
     fn a_producer_keeps_one_pull_worker_and_the_shared_settings() {
-        let config = producer_config("10.0.0.1:9876");
+        let shared = ClientConfig { pull_message_service_shards: 4, ..client_config("10.0.0.1:9876") };
+        let config = producer_config(shared);
         assert_eq!(config.pull_message_service_shards, 1);
         assert_eq!(config.namesrv_addr.as_ref().map(|a| a.as_str()), Some("10.0.0.1:9876"));
-        assert!(!config.vip_channel_enabled);
     }
 }
