@@ -198,10 +198,8 @@ async fn a_padded_write_back_changes_each_row_once() {
     let term = lease.acquire("padded-test", Duration::from_secs(60)).await.expect("acquire").expect("a term");
     let status = StatusStore::new(outbox.pool.clone(), outbox.table.clone(), lease.fence(term));
     let mut conn = outbox.pool.get_conn().await.expect("conn");
-    let rows: Vec<(u64, String)> = conn
-        .query(format!("SELECT id, event_id FROM {} ORDER BY id", outbox.table.qualified()))
-        .await
-        .expect("rows");
+    let rows: Vec<(u64, String)> =
+        conn.query(format!("SELECT id, event_id FROM {} ORDER BY id", outbox.table.qualified())).await.expect("rows");
 
     let failing: Vec<RowKey<'_>> = rows[..3].iter().map(|(id, event_id)| RowKey { id: *id, event_id }).collect();
     assert_eq!(status.mark_failed(&failing, "padded").await.expect("mark FAILED"), 3, "three rows changed");

@@ -32,8 +32,11 @@ pub(super) fn batch_of(
     ids: &[String],
 ) -> Result<MessageBatch, PublishError> {
     let topic = events.first().map_or("", |first| first.topic.as_str());
-    let size =
-        events.iter().zip(ids).map(|(event, id)| encoded_len(event.payload.len(), properties_len(event, term, id))).sum();
+    let size = events
+        .iter()
+        .zip(ids)
+        .map(|(event, id)| encoded_len(event.payload.len(), properties_len(event, term, id)))
+        .sum();
     let mut body = BytesMut::with_capacity(size);
     for (event, id) in events.iter().zip(ids) {
         if event.topic != topic {

@@ -11,7 +11,7 @@ mod publisher;
 
 pub use error::{classify, ErrorClass, PublishError};
 pub use message::check_size;
-pub use prepared::{prepare, Prepared};
 pub use outbox_kit::{client_config, full_message, ClientHost};
+pub use prepared::{prepare, Prepared};
 pub use producer::{Producer, ProducerSettings, SendReceipt};
 pub use publisher::{Publisher, PROBE_EVERY};

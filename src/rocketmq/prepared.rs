@@ -62,7 +62,10 @@ mod tests {
     fn one_event_is_a_plain_message_under_the_id_it_reports() {
         let prepared = prepare([&event(1)], Some(7)).expect("prepared");
         let Wire::Single(message) = &prepared.wire else { panic!("a batch of one event") };
-        assert_eq!(MessageClientIDSetter::get_uniq_id(message).map(|id| id.to_string()), Some(prepared.msg_ids[0].clone()));
+        assert_eq!(
+            MessageClientIDSetter::get_uniq_id(message).map(|id| id.to_string()),
+            Some(prepared.msg_ids[0].clone())
+        );
     }
 
     #[test]
