@@ -44,6 +44,7 @@ pub(crate) mod http;
 pub(crate) mod lanes;
 pub(crate) mod leader;
 pub(crate) mod metrics;
+pub use metrics::process::ProcessStats;
 pub mod probe;
 pub mod relay;
 pub mod rocketmq;

@@ -245,7 +245,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run(arg) => {
             let config = load_config(&arg)?;
             // On the RocketMQ client's runtime, beside its producers (see `ClientHost::run`).
-            let host = ClientHost::with_workers("relay", config.runtime.worker_threads)
+            let host = ClientHost::with_workers("relay", Some(config.runtime.worker_threads))
                 .context("cannot start the async runtime")?;
             let client = host.runtime();
             host.run(run_relay(&config, client))

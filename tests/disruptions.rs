@@ -18,6 +18,7 @@ use common::relay::{RelayOptions, RelayProcess};
 use common::{eventually, fresh_topic, unique, Stack, TEST_TOPIC_QUEUES};
 use mysql_async::prelude::Queryable;
 use outbox_kit::RowStatus;
+use outbox_relay::ProcessStats;
 
 /// One disruption at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -515,6 +516,15 @@ async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
     }
     let term = relay.metric("relay_leader_term");
     assert!(term >= 1.0, "a term: {term}");
+    // The process series are the relay's own figures from /proc, on its default one thread.
+    assert_eq!(relay.metric("relay_runtime_worker_threads"), 1.0);
+    let before = ProcessStats::of_pid(relay.pid()).expect("the relay's /proc");
+    let idle_cpu = relay.metric("process_cpu_seconds_total");
+    let resident = relay.metric("process_resident_memory_bytes");
+    let after = ProcessStats::of_pid(relay.pid()).expect("the relay's /proc");
+    assert!((before.cpu_seconds..=after.cpu_seconds).contains(&idle_cpu), "{idle_cpu} s within {before:?} {after:?}");
+    assert!(resident > 1e6 && resident <= after.peak_resident_bytes as f64, "{resident} bytes, {after:?}");
+    assert!(relay.metric("process_threads") >= 2.0, "worker, blocking and client threads");
 
     // Load: every event published, each with its commit-to-ack time and its send.
     let load = Load::started(&outbox, &events, 10, 50).await;
@@ -558,6 +568,8 @@ async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
     .await;
     let published = relay.metric_sum("relay_events_published_total");
     assert!(published >= written as f64, "every event published ({published} of {written})");
+    let busy_cpu = relay.metric("process_cpu_seconds_total");
+    assert!(busy_cpu > idle_cpu, "the load took CPU: {idle_cpu} s, then {busy_cpu} s");
     assert_eq!(relay.metric("relay_commit_to_ack_seconds_count"), published, "one latency per published event");
     let mean = relay.metric("relay_commit_to_ack_seconds_sum") / published;
     assert!(mean > 0.0 && mean < 60.0, "a mean commit-to-ack in the outage's range: {mean}");

@@ -280,13 +280,13 @@ pub struct HttpConfig {
 }
 
 /// The async runtime the relay and its RocketMQ client share.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RuntimeConfig {
-    /// Worker threads; unset, one per core. One thread keeps every hand-off between
-    /// the relay's tasks and the client's on that thread (no cross-thread wake-ups, the
-    /// cheapest at a steady trickle) and caps the relay at one core.
-    pub worker_threads: Option<usize>,
+    /// Worker threads, about the cores the relay can use at once. One (the default)
+    /// keeps every hand-off between the relay's tasks and the client's on that thread:
+    /// no cross-thread wake-ups, the cheapest at a steady trickle.
+    pub worker_threads: usize,
 }
 
 /// Log output.
@@ -421,6 +421,12 @@ impl Default for CleanupConfig {
 impl Default for HttpConfig {
     fn default() -> Self {
         Self { listen: "127.0.0.1:9464".to_owned() }
+    }
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self { worker_threads: 1 }
     }
 }
 

@@ -25,7 +25,17 @@ fn example_config_loads_with_documented_values() {
     assert_eq!(config.rocketmq.topics["t-order-event"].queue_count, 8);
     assert_eq!(config.retry.max_retry, 8);
     assert_eq!(config.outbox_schema(), Some("app"));
-    assert_eq!(config.runtime.worker_threads, None, "one worker per core unless set");
+    assert_eq!(config.runtime.worker_threads, 1);
+}
+
+#[test]
+fn one_worker_thread_unless_set() {
+    let without_runtime = EXAMPLE.replace("[runtime]\nworker_threads = 1\n", "");
+    assert_ne!(without_runtime, EXAMPLE, "the example sets runtime.worker_threads");
+    let config = load_with(&without_runtime, &[]).expect("the runtime section is optional");
+    assert_eq!(config.runtime.worker_threads, 1);
+    let config = load_with(EXAMPLE, &[("OUTBOX_RELAY__RUNTIME__WORKER_THREADS", "4")]).expect("4 is valid");
+    assert_eq!(config.runtime.worker_threads, 4);
 }
 
 #[test]

@@ -39,9 +39,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     check_lease_length(config)?;
     check_lease_name(&config.lease_name())?;
     at_least("checkpoint.interval_ms", config.checkpoint.interval_ms, 1)?;
-    if let Some(workers) = config.runtime.worker_threads {
-        at_least("runtime.worker_threads", workers as u64, 1)?;
-    }
+    at_least("runtime.worker_threads", config.runtime.worker_threads as u64, 1)?;
     check_cleanup(&config.cleanup)?;
     if config.checkpoint.path.as_os_str().is_empty() {
         return Err(ConfigError::invalid("checkpoint.path", "\"\"", "a directory path for the RocksDB checkpoint"));

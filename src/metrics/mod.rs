@@ -5,11 +5,13 @@
 //! (`outbox_oldest_pending_seconds`, the delay consumers feel, and the binlog,
 //! replica and checkpoint lags) and why not (`relay_send_status_total`,
 //! `relay_retries_total`, `relay_failed_total`, `relay_held_keys`, `relay_leader`,
-//! `relay_ready`). Label values are closed sets (see `labels`), all shown from the
-//! start. Gauges that only the leader can know are NaN on a standby.
+//! `relay_ready`), and whether the process has the CPU it needs (`process`). Label
+//! values are closed sets (see `labels`), all shown from the start. Gauges that only
+//! the leader can know are NaN on a standby.
 
 mod labels;
 mod lag;
+pub mod process;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;

@@ -131,6 +131,7 @@ async fn serve(config: &Config, warm: &Warm, shutdown: CancellationToken) -> Res
     let health = Health::new();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = RelayMetrics::register(&mut registry);
+    crate::metrics::process::register(&mut registry, config.runtime.worker_threads);
     let http_stop = CancellationToken::new();
     let (address, server) =
         http::bind(&config.http.listen, Arc::new(registry), metrics.clone(), health.clone(), http_stop.clone())

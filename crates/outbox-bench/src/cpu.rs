@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context;
+use outbox_relay::ProcessStats;
 use serde::Serialize;
 
 /// The processes a case loads, as reported.
@@ -62,10 +63,9 @@ impl Processes {
     }
 
     pub fn read(&self) -> anyhow::Result<Reading> {
-        let ticks = clock_ticks_per_second();
         let mut reading = Reading::default();
         for (role, pid) in &self.pids {
-            *reading.0.entry(*role).or_default() += cpu_ticks(*pid)? as f64 / ticks;
+            *reading.0.entry(*role).or_default() += cpu_seconds(*pid)?;
         }
         Ok(reading)
     }
@@ -97,43 +97,15 @@ fn read_pid(file: &Path) -> Option<u32> {
     std::fs::read_to_string(file).ok()?.trim().parse().ok()
 }
 
-/// utime + stime of every thread of `pid`, in clock ticks.
-fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    let path = format!("/proc/{pid}/stat");
-    let stat = std::fs::read_to_string(&path).with_context(|| format!("read {path} (has the process exited?)"))?;
-    ticks_of_stat(&stat).with_context(|| format!("{path} has no utime and stime fields"))
-}
-
-/// The 14th and 15th fields of a /proc stat line, counted after the command name,
-/// which is in parentheses and may itself hold spaces.
-fn ticks_of_stat(stat: &str) -> Option<u64> {
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after_name.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
-}
-
-fn clock_ticks_per_second() -> f64 {
-    // SAFETY: sysconf only reads a configuration value.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks > 0 {
-        ticks as f64
-    } else {
-        100.0
-    }
+/// CPU seconds of every thread of `pid` so far.
+fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stats = ProcessStats::of_pid(pid).with_context(|| format!("read /proc/{pid} (has the process exited?)"))?;
+    Ok(stats.cpu_seconds)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn utime_and_stime_are_read_after_a_name_with_spaces() {
-        let stat = "4242 (tokio (worker) 1) S 1 4242 4242 0 -1 4194560 5000 0 0 0 700 55 0 0 20 0 9 0 1234 0 0";
-        assert_eq!(ticks_of_stat(stat), Some(755));
-        assert_eq!(ticks_of_stat("4242 (x) S 1"), None);
-    }
 
     #[test]
     fn the_ceiling_is_the_cores_over_the_total_cost() {

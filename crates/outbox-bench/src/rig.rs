@@ -11,6 +11,7 @@ use mysql_async::{Params, Pool};
 use outbox_kit::{OutboxTable, RowStatus};
 use outbox_relay::config::DbUrl;
 use outbox_relay::store::migrate;
+use outbox_relay::ProcessStats;
 use outbox_test_support::relay::RelayProcess;
 use outbox_test_support::rows::{self, Row};
 pub use outbox_test_support::unique;
@@ -270,7 +271,9 @@ impl RelayChild {
 
     /// Peak resident memory so far (VmHWM), MiB.
     pub fn peak_rss_mib(&self) -> anyhow::Result<f64> {
-        self.0.peak_rss_mib()
+        let pid = self.0.pid();
+        let stats = ProcessStats::of_pid(pid).with_context(|| format!("read /proc/{pid} (has the relay exited?)"))?;
+        Ok(stats.peak_resident_bytes as f64 / (1024.0 * 1024.0))
     }
 
     pub fn pid(&self) -> u32 {

@@ -202,17 +202,6 @@ impl RelayProcess {
         self.child.id()
     }
 
-    /// Peak resident memory so far (VmHWM), MiB.
-    pub fn peak_rss_mib(&self) -> anyhow::Result<f64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
-        let kib: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .context("VmHWM in /proc/PID/status")?;
-        Ok(kib / 1024.0)
-    }
-
     /// Where the log is.
     pub fn log_path(&self) -> &Path {
         &self.log
