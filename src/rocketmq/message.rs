@@ -2,12 +2,15 @@
 //! `queryMsgByKey` finds it), user properties `event_id`, `biz_key` and (from the
 //! relay) `relay_term`, the leader term that sent it; body = payload.
 //!
-//! One event goes to the broker as a plain message built here; several go as one
-//! batch message (see `batch`), with the same properties.
+//! One event goes to the broker as a plain message: its payload as the request's
+//! body and its properties encoded here; several go as one batch message (see
+//! `batch`), with the same properties.
 
-use rocketmq_model::common::message::message_builder::MessageBuilder;
-use rocketmq_model::common::message::message_single::Message;
-use rocketmq_model::common::message::{MessageConst, MessageTrait};
+use std::fmt;
+
+use cheetah_string::CheetahString;
+use rocketmq_model::common::message::MessageConst;
+use rocketmq_protocol::common::message::message_decoder::{NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR};
 
 use outbox_kit::wire::{PROPERTY_BIZ_KEY, PROPERTY_EVENT_ID, PROPERTY_RELAY_TERM};
 
@@ -20,7 +23,7 @@ pub(super) fn properties<'a>(
     event: &'a OutboxEvent,
     term: Option<&'a str>,
     id: &'a str,
-) -> impl Iterator<Item = (&'static str, &'a str)> {
+) -> impl Iterator<Item = (&'static str, &'a str)> + Clone {
     [
         (MessageConst::PROPERTY_KEYS, event.event_id.as_str()),
         (PROPERTY_EVENT_ID, event.event_id.as_str()),
@@ -32,18 +35,34 @@ pub(super) fn properties<'a>(
     .chain(term.map(|term| (PROPERTY_RELAY_TERM, term)))
 }
 
-/// The message of `event`, with id `id`.
-pub(super) fn to_message(event: &OutboxEvent, term: Option<&str>, id: &str) -> Result<Message, PublishError> {
-    check_body(event)?;
-    let mut message = MessageBuilder::new()
-        .topic(event.topic.as_str())
-        .body(event.payload.clone())
-        .build()
-        .map_err(|e| illegal(event, e.to_string()))?;
-    for (name, value) in properties(event, term, id) {
-        message.put_property(name.into(), value.into());
+/// The two separators around a property's value.
+const SEPARATORS: usize = 2;
+
+/// The bytes `pairs` take on the wire.
+pub(super) fn encoded_len<'a>(pairs: impl Iterator<Item = (&'static str, &'a str)>) -> usize {
+    pairs.map(|(name, value)| name.len() + value.len() + SEPARATORS).sum()
+}
+
+/// Appends `pairs` to `out` the way RocketMQ writes properties: `name 0x01 value 0x02`.
+pub(super) fn write_properties<'a>(
+    pairs: impl Iterator<Item = (&'static str, &'a str)>,
+    out: &mut impl fmt::Write,
+) -> fmt::Result {
+    for (name, value) in pairs {
+        out.write_str(name)?;
+        out.write_char(NAME_VALUE_SEPARATOR)?;
+        out.write_str(value)?;
+        out.write_char(PROPERTY_SEPARATOR)?;
     }
-    Ok(message)
+    Ok(())
+}
+
+/// `pairs` as the properties field of a request header.
+pub(super) fn properties_text<'a>(pairs: impl Iterator<Item = (&'static str, &'a str)> + Clone) -> CheetahString {
+    let mut text = String::with_capacity(encoded_len(pairs.clone()));
+    // Writing to a String cannot fail.
+    let _ = write_properties(pairs, &mut text);
+    CheetahString::from_string(text)
 }
 
 /// Refuses an empty payload: the broker takes no message without a body (the client
@@ -79,6 +98,10 @@ pub(crate) mod tests {
     use std::collections::HashMap;
 
     use bytes::Bytes;
+    use rocketmq_model::common::message::message_builder::MessageBuilder;
+    use rocketmq_model::common::message::message_single::Message;
+    use rocketmq_model::common::message::MessageTrait;
+    use rocketmq_protocol::common::message::message_decoder::string_to_message_properties;
 
     use super::*;
 
@@ -87,23 +110,33 @@ pub(crate) mod tests {
         OutboxEvent { payload: Bytes::from(format!("{{\"n\":{id}}}")), ..OutboxEvent::for_test(id) }
     }
 
+    /// The message the RocketMQ client itself would build for `event` with id `id`.
+    pub(crate) fn client_message(event: &OutboxEvent, term: Option<&str>, id: &str) -> Message {
+        let mut message =
+            MessageBuilder::new().topic(event.topic.as_str()).body(event.payload.clone()).build().expect("message");
+        for (name, value) in properties(event, term, id) {
+            message.put_property(name.into(), value.into());
+        }
+        message
+    }
+
     /// A message's properties, as plain strings.
     pub(crate) fn property_map(message: &Message) -> HashMap<String, String> {
         message.properties().as_map().iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
-    fn a_message_carries_its_id_keys_properties_and_body() {
-        let message = to_message(&event(1), Some("7"), "ID1").expect("message");
-        let properties = property_map(&message);
-        let property = |name: &str| properties.get(name).map(String::as_str);
+    fn the_properties_text_decodes_to_the_id_keys_and_properties() {
+        let text = properties_text(properties(&event(1), Some("7"), "ID1"));
+        let decoded = string_to_message_properties(Some(&text));
+        let property = |name: &str| decoded.get(name).map(|value| value.as_str());
         assert_eq!(property(MessageConst::PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), Some("ID1"));
         assert_eq!(property(MessageConst::PROPERTY_KEYS), Some("e1"));
         assert_eq!(property(PROPERTY_EVENT_ID), Some("e1"));
         assert_eq!(property(PROPERTY_BIZ_KEY), Some("k"));
         assert_eq!(property(PROPERTY_RELAY_TERM), Some("7"));
-        assert!(message.is_wait_store_msg_ok());
-        assert_eq!(message.topic().as_str(), "t");
-        assert_eq!(message.get_body(), Some(&event(1).payload));
+        assert_eq!(property(MessageConst::PROPERTY_WAIT_STORE_MSG_OK), Some("true"));
+        assert_eq!(decoded.len(), 6);
+        assert_eq!(text.len(), encoded_len(properties(&event(1), Some("7"), "ID1")));
     }
 }

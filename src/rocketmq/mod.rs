@@ -8,6 +8,7 @@ mod message;
 mod prepared;
 mod producer;
 mod publisher;
+mod request;
 
 pub use error::{classify, ErrorClass, PublishError};
 pub use message::check_size;

@@ -1,14 +1,14 @@
 //! A batch made ready to send once, before its first attempt: the message id of every
-//! event fixed, and the events built into one message or encoded into one batch
-//! message. A retry sends the same message, and the client neither copies, checks nor
-//! encodes every event again on every attempt.
+//! event fixed, and what the send request carries (its body and its properties text)
+//! encoded. A retry sends the same bytes; nothing is copied, checked or encoded again.
 
-use rocketmq_model::common::message::message_batch::MessageBatch;
+use bytes::Bytes;
+use cheetah_string::CheetahString;
 use rocketmq_model::common::message::message_client_id_setter::MessageClientIDSetter;
-use rocketmq_model::common::message::message_single::Message;
+use rocketmq_model::common::message::MessageConst;
 
-use super::batch::batch_of;
-use super::message::to_message;
+use super::batch::batch_body;
+use super::message::{check_body, properties, properties_text};
 use super::PublishError;
 use crate::event::OutboxEvent;
 
@@ -21,21 +21,26 @@ use crate::event::OutboxEvent;
 /// messages).
 #[derive(Clone)]
 pub struct Prepared {
-    pub(crate) wire: Wire,
+    pub(crate) topic: CheetahString,
+    pub(crate) shape: Shape,
+    /// The request's body: the one event's payload, or the encoded batch.
+    pub(crate) body: Bytes,
+    /// The request header's properties: the one event's, or the batch message's own.
+    pub(crate) properties: CheetahString,
     pub msg_ids: Vec<String>,
 }
 
-/// What goes to the broker for a prepared batch.
-#[derive(Clone)]
-pub(crate) enum Wire {
+/// Whether a prepared request carries one message or a batch of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
     /// One event, as a plain message: a batch of one would only wrap it.
-    Single(Message),
+    Single,
     /// Several events of one topic, encoded as the body of one batch message.
-    Batch(MessageBatch),
+    Batch,
 }
 
 /// Prepares `events` (all of one topic), sent under leader `term` when there is
-/// one: assigns their ids and builds their message, or their batch when there are
+/// one: assigns their ids and encodes their message, or their batch when there are
 /// several.
 pub fn prepare<'a>(
     events: impl IntoIterator<Item = &'a OutboxEvent>,
@@ -44,37 +49,65 @@ pub fn prepare<'a>(
     let events: Vec<&OutboxEvent> = events.into_iter().collect();
     let term = term.map(|term| term.to_string());
     let msg_ids: Vec<String> = events.iter().map(|_| MessageClientIDSetter::create_uniq_id()).collect();
-    let wire = match events.as_slice() {
-        [event] => Wire::Single(to_message(event, term.as_deref(), &msg_ids[0])?),
-        _ => Wire::Batch(batch_of(&events, term.as_deref(), &msg_ids)?),
+    let topic = CheetahString::from_slice(events.first().map_or("", |first| first.topic.as_str()));
+    let (shape, body, properties) = match events.as_slice() {
+        [event] => {
+            check_body(event)?;
+            (Shape::Single, event.payload.clone(), properties_text(properties(event, term.as_deref(), &msg_ids[0])))
+        }
+        _ => (Shape::Batch, batch_body(&topic, &events, term.as_deref(), &msg_ids)?, batch_properties()),
     };
-    Ok(Prepared { wire, msg_ids })
+    Ok(Prepared { topic, shape, body, properties, msg_ids })
+}
+
+/// The properties of a batch message itself: the wait for the store, and an id of
+/// its own (each message inside keeps its own).
+fn batch_properties() -> CheetahString {
+    let id = MessageClientIDSetter::create_uniq_id();
+    properties_text(
+        [
+            (MessageConst::PROPERTY_WAIT_STORE_MSG_OK, "true"),
+            (MessageConst::PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, id.as_str()),
+        ]
+        .into_iter(),
+    )
 }
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
+    use rocketmq_protocol::common::message::message_decoder::string_to_message_properties;
 
     use super::*;
     use crate::rocketmq::message::tests::event;
 
-    #[test]
-    fn one_event_is_a_plain_message_under_the_id_it_reports() {
-        let prepared = prepare([&event(1)], Some(7)).expect("prepared");
-        let Wire::Single(message) = &prepared.wire else { panic!("a batch of one event") };
-        assert_eq!(
-            MessageClientIDSetter::get_uniq_id(message).map(|id| id.to_string()),
-            Some(prepared.msg_ids[0].clone())
-        );
+    fn property(prepared: &Prepared, name: &str) -> Option<String> {
+        string_to_message_properties(Some(&prepared.properties)).get(name).map(|value| value.to_string())
     }
 
     #[test]
-    fn several_events_are_one_batch_with_an_id_for_each() {
+    fn one_event_is_a_plain_message_under_the_id_it_reports() {
+        let prepared = prepare([&event(1)], Some(7)).expect("prepared");
+        assert_eq!(prepared.shape, Shape::Single);
+        assert_eq!(prepared.body, event(1).payload);
+        assert_eq!(prepared.topic.as_str(), "t");
+        assert_eq!(
+            property(&prepared, MessageConst::PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+            Some(prepared.msg_ids[0].clone())
+        );
+        assert_eq!(property(&prepared, MessageConst::PROPERTY_KEYS).as_deref(), Some("e1"));
+    }
+
+    #[test]
+    fn several_events_are_one_batch_with_an_id_for_each_and_one_of_its_own() {
         let events = [event(1), event(2), event(3)];
         let prepared = prepare(&events, None).expect("prepared");
-        assert!(matches!(prepared.wire, Wire::Batch(_)), "one message for three events");
+        assert_eq!(prepared.shape, Shape::Batch);
+        assert_eq!(prepared.topic.as_str(), "t");
         assert_eq!(prepared.msg_ids.len(), 3);
         assert!(prepared.msg_ids[0] != prepared.msg_ids[1] && prepared.msg_ids[1] != prepared.msg_ids[2]);
+        assert_eq!(property(&prepared, MessageConst::PROPERTY_WAIT_STORE_MSG_OK).as_deref(), Some("true"));
+        let batch_id = property(&prepared, MessageConst::PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX);
+        assert!(batch_id.is_some_and(|id| !prepared.msg_ids.contains(&id)), "the batch has an id of its own");
     }
 
     #[test]

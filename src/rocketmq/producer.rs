@@ -1,23 +1,25 @@
 //! A started RocketMQ producer that sends synchronous batches, prepared and encoded
 //! in advance (see `prepared`), to one chosen queue.
 //!
-//! Queue choice is the caller's (the lanes route by `hash(biz_key) % queue_count`),
-//! so the client's own retries to "another queue" are turned off: a retry to another
-//! queue would break per-key order. A send counts only when the broker answers
-//! SEND_OK; everything else is a [`PublishError`]. With ACL credentials every request
-//! is signed by the client's ACL hook (the secret key signs, it is never sent).
+//! Queue choice is the caller's (the lanes route by `hash(biz_key) % queue_count`).
+//! A send is one request of the relay's own (see `request`) to that queue's broker,
+//! never retried by the client and never moved to another queue, which would break
+//! per-key order; the client's producer keeps the routes and connections and serves
+//! the admin calls. A send counts only when the broker answers SEND_OK; everything
+//! else is a [`PublishError`]. With ACL credentials every request is signed by the
+//! client's ACL hook (the secret key signs, it is never sent).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cheetah_string::CheetahString;
 use rocketmq_client_rust::{AclClientRPCHook, ClientConfig, ClientRuntime, DefaultMQProducer, SessionCredentials};
 use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_model::common::message::message_queue::MessageQueue;
-use rocketmq_model::result::SendStatus;
 
-use super::prepared::Wire;
-use super::{client_config, prepare, ClientHost, Prepared, PublishError};
+use super::request::{answer, now_millis, send_request, Destination};
+use super::{client_config, prepare, ClientHost, ErrorClass, Prepared, PublishError};
 use crate::config::AclCredentials;
 use crate::event::OutboxEvent;
 
@@ -35,7 +37,6 @@ pub struct ProducerSettings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendReceipt {
     pub msg_ids: Vec<String>,
-    pub queue_offset: u64,
 }
 
 /// A started producer, with the client runtime it runs on when that is its own.
@@ -43,7 +44,9 @@ pub struct Producer {
     /// Its own client runtime, stopped with it; `None` on a runtime it shares.
     host: Option<ClientHost>,
     producer: DefaultMQProducer,
-    settings: ProducerSettings,
+    /// The producer group every send request names.
+    group: CheetahString,
+    timeout_millis: u64,
 }
 
 impl Producer {
@@ -80,12 +83,7 @@ impl Producer {
             .client_config(producer_config(client_config(&settings.namesrv)))
             .producer_group(settings.group.clone())
             .name_server_addr(settings.namesrv.clone())
-            .send_msg_timeout(millis_u32(settings.send_timeout))
-            .retry_times_when_send_failed(0)
-            .retry_another_broker_when_not_store_ok(false)
-            // Batches are never compressed; single messages are not either, so every
-            // consumer sees the bodies the way the application wrote them.
-            .compress_msg_body_over_howmuch(u32::MAX);
+            .send_msg_timeout(millis_u32(settings.send_timeout));
         let builder = match acl {
             Some(acl) => builder.rpc_hook(Arc::new(AclClientRPCHook::new(SessionCredentials::with_keys(
                 acl.access_key.as_str(),
@@ -100,7 +98,8 @@ impl Producer {
             }
             return Err(PublishError::from_client("start producer", &e));
         }
-        Ok(Self { host, producer, settings })
+        let timeout_millis = u64::try_from(settings.send_timeout.as_millis()).unwrap_or(u64::MAX);
+        Ok(Self { host, producer, group: CheetahString::from_string(settings.group), timeout_millis })
     }
 
     /// The topic's writable queues in a stable order (broker name, queue id), checked
@@ -153,23 +152,34 @@ impl Producer {
     }
 
     /// Sends a prepared batch to `queue` (again, on a retry). `Ok` only on SEND_OK.
+    ///
+    /// The request is the relay's own (see `request`); the client's instance finds the
+    /// queue's broker, connects, signs and waits for the answer.
     pub async fn send(&self, queue: &MessageQueue, batch: &Prepared) -> Result<SendReceipt, PublishError> {
-        let timeout = u64::try_from(self.settings.send_timeout.as_millis()).unwrap_or(u64::MAX);
-        let sent = match &batch.wire {
-            Wire::Single(message) => {
-                self.producer.send_to_queue_with_timeout(message.clone(), queue.clone(), timeout).await
-            }
-            Wire::Batch(encoded) => {
-                self.producer.send_to_queue_with_timeout(encoded.clone(), queue.clone(), timeout).await
-            }
-        };
-        let result = sent
-            .map_err(|e| PublishError::from_client("send", &e))?
-            .ok_or_else(|| PublishError::NotSendOk { status: "no result".to_owned() })?;
-        if result.send_status != SendStatus::SendOk {
-            return Err(PublishError::NotSendOk { status: result.send_status.to_string() });
+        let client = self
+            .producer
+            .default_mq_producer_impl()
+            .ok_or_else(not_started)?
+            .get_mq_client_factory()
+            .map_err(|e| PublishError::from_client("send", &e))?;
+        let mut broker = client.get_broker_name_from_message_queue(queue).await;
+        let mut address = client.find_broker_address_in_publish(&broker);
+        if address.is_none() {
+            // A queue can be sent to before this client has read its route.
+            client.update_topic_route_info_from_name_server_topic(&batch.topic).await;
+            broker = client.get_broker_name_from_message_queue(queue).await;
+            address = client.find_broker_address_in_publish(&broker);
         }
-        Ok(SendReceipt { msg_ids: batch.msg_ids.clone(), queue_offset: result.queue_offset })
+        let address = address.ok_or_else(|| no_address(&broker, &batch.topic))?;
+        let destination = Destination { group: &self.group, broker: &broker, queue_id: queue.queue_id() };
+        let response = client
+            .get_mq_client_api_impl()
+            .map_err(|e| PublishError::from_client("send", &e))?
+            .invoke(&address, send_request(batch, &destination), self.timeout_millis)
+            .await
+            .map_err(|e| PublishError::from_client("send", &e))?;
+        answer(response.code(), response.remark().map(|remark| remark.as_str()), &address)?;
+        Ok(SendReceipt { msg_ids: batch.msg_ids.clone() })
     }
 
     /// Reads `topic`'s route and asks the broker of its first queue for that queue's
@@ -204,11 +214,7 @@ impl Producer {
     /// Messages of `topic` whose KEYS hold `key`, from the broker's key index (what
     /// `mqadmin queryMsgByKey` does): proof that an event reached the broker.
     pub async fn find_by_key(&self, topic: &str, key: &str) -> Result<Vec<MessageExt>, PublishError> {
-        let end = u64::try_from(
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis(),
-        )
-        .unwrap_or(u64::MAX)
-        .saturating_add(60_000);
+        let end = now_millis().saturating_add(60_000);
         let result = self
             .producer
             .clone()
@@ -250,6 +256,28 @@ fn missing_topic_or(topic: &str, pinned: u32, error: PublishError) -> PublishErr
     }
 }
 
+fn not_started() -> PublishError {
+    PublishError::Client {
+        operation: "send",
+        code: None,
+        detail: "the producer was never started".to_owned(),
+        class: ErrorClass::Unknown,
+        unreachable: false,
+    }
+}
+
+/// The NameServer's route names no address for the queue's broker: it is down or
+/// not registered, which later sends may find changed.
+fn no_address(broker: &CheetahString, topic: &CheetahString) -> PublishError {
+    PublishError::Client {
+        operation: "send",
+        code: None,
+        detail: format!("the route of topic {topic} has no master address for broker {broker}: is the broker running and registered with the NameServer?"),
+        class: ErrorClass::Outage,
+        unreachable: false,
+    }
+}
+
 fn millis_u32(duration: Duration) -> u32 {
     u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
 }
@@ -264,5 +292,13 @@ mod tests {
         let config = producer_config(shared);
         assert_eq!(config.pull_message_service_shards, 1);
         assert_eq!(config.namesrv_addr.as_ref().map(|a| a.as_str()), Some("10.0.0.1:9876"));
+    }
+
+    #[test]
+    fn a_broker_without_an_address_is_an_outage_that_names_it() {
+        let error = no_address(&CheetahString::from_static_str("broker-a"), &CheetahString::from_static_str("orders"));
+        assert_eq!(error.class(), ErrorClass::Outage);
+        assert!(!error.unreachable());
+        assert!(error.to_string().contains("orders has no master address for broker broker-a"), "{error}");
     }
 }

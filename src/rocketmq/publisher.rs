@@ -78,7 +78,7 @@ impl Publisher {
     /// Sends a prepared batch to `queue` with the current producer.
     pub async fn send(&self, queue: &MessageQueue, batch: &Prepared) -> Result<SendReceipt, PublishError> {
         if crate::fault::ack_without_send() {
-            return Ok(SendReceipt { msg_ids: batch.msg_ids.clone(), queue_offset: 0 });
+            return Ok(SendReceipt { msg_ids: batch.msg_ids.clone() });
         }
         self.producer().send(queue, batch).await
     }
