@@ -171,6 +171,7 @@ impl Producer {
             address = client.find_broker_address_in_publish(&broker);
         }
         let address = address.ok_or_else(|| no_address(&broker, &batch.topic))?;
+        debug_assert_eq!(queue.topic_str(), batch.topic.as_str(), "a batch goes to a queue of its own topic");
         let destination = Destination { group: &self.group, broker: &broker, queue_id: queue.queue_id() };
         let response = client
             .get_mq_client_api_impl()
@@ -272,7 +273,7 @@ fn no_address(broker: &CheetahString, topic: &CheetahString) -> PublishError {
     PublishError::Client {
         operation: "send",
         code: None,
-        detail: format!("the route of topic {topic} has no master address for broker {broker}: is the broker running and registered with the NameServer?"),
+        detail: format!("the route of topic {topic} has no master address for broker {broker}: is the broker running and registered with the NameServer, and does the NameServer answer?"),
         class: ErrorClass::Outage,
         unreachable: false,
     }

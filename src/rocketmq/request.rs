@@ -6,10 +6,10 @@
 //! a map, runs hooks and decodes a result the relay does not use. The client still
 //! connects, signs (ACL), correlates and times the request out.
 //!
-//! Both shapes use the compact header (single-letter field names): a batch always did,
-//! and a single message now goes as SEND_MESSAGE_V2 (310) instead of SEND_MESSAGE (10),
-//! which a broker decodes into the same header. The request names no namespace and
-//! the address is the broker's own port, never its VIP channel: the relay's client
+//! Both shapes use the compact header (single-letter field names): SEND_MESSAGE_V2 (310)
+//! for one message, SEND_BATCH_MESSAGE (320) for a batch. A broker decodes it into the
+//! same header as the long form of SEND_MESSAGE (10). The request names no namespace
+//! and the address is the broker's own port, never its VIP channel: the relay's client
 //! configuration sets neither.
 
 use std::time::{SystemTime, UNIX_EPOCH};
