@@ -60,7 +60,18 @@ impl ColumnMap {
 
     /// The positions of the columns the relay reads.
     pub fn positions(&self) -> Vec<usize> {
-        [self.id, self.event_id, self.biz_key, self.topic, self.payload].into_iter().chain(self.created_at).collect()
+        self.fields().into_iter().flatten().collect()
+    }
+
+    /// Whether every field is read from a column of its own, as in every map made
+    /// from names.
+    pub fn reads_each_column_once(&self) -> bool {
+        let fields = self.fields();
+        fields.iter().enumerate().all(|(i, field)| field.is_none() || !fields[i + 1..].contains(field))
+    }
+
+    fn fields(&self) -> [Option<usize>; 6] {
+        [Some(self.id), Some(self.event_id), Some(self.biz_key), Some(self.topic), Some(self.payload), self.created_at]
     }
 
     /// Reads the table's columns from information_schema.
@@ -108,6 +119,18 @@ mod tests {
             .expect("map");
         assert_eq!((map.id, map.event_id, map.biz_key, map.topic, map.payload, map.count), (1, 5, 4, 2, 0, 6));
         assert_eq!(map.created_at, None, "optional");
+    }
+
+    #[test]
+    fn a_map_made_from_names_reads_each_column_once_and_one_made_by_hand_may_not() {
+        let map =
+            ColumnMap::from_names("app.o", &names(&["id", "event_id", "biz_key", "topic", "payload", "created_at"]))
+                .expect("map");
+        assert!(map.reads_each_column_once());
+        assert_eq!(map.positions(), [0, 1, 2, 3, 4, 5]);
+        assert!(!ColumnMap { topic: 1, ..map }.reads_each_column_once(), "event_id and topic share column 1");
+        assert!(!ColumnMap { created_at: Some(0), ..map }.reads_each_column_once(), "created_at is the id's column");
+        assert!(ColumnMap { created_at: None, ..map }.reads_each_column_once());
     }
 
     #[test]

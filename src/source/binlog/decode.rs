@@ -426,10 +426,14 @@ impl Decoder {
         let convert = |value: BinlogValue<'_>, column: &'static str| {
             Value::try_from(value).map_err(|e| self.bad_row(pos, column, &e.to_string()))
         };
-        let cloned = |row: &RowValues<'_>, index: usize, column: &'static str| {
-            row.get(index).cloned().ok_or_else(|| missing(column)).and_then(|v| convert(v, column))
+        // Values are moved out of the row, which is dropped afterwards, unless a map
+        // reads one column for several fields (only maps made by hand do): then copied.
+        let once = columns.reads_each_column_once();
+        let mut taken = |index: usize, column: &'static str| {
+            let value = if once { row.take(index) } else { row.get(index).cloned() };
+            value.ok_or_else(|| missing(column)).and_then(|v| convert(v, column))
         };
-        let id = match cloned(&row, columns.id, "id")? {
+        let id = match taken(columns.id, "id")? {
             Value::Int(v) => u64::try_from(v).ok(),
             Value::UInt(v) => Some(v),
             _ => None,
@@ -439,14 +443,13 @@ impl Decoder {
             Value::Bytes(bytes) => String::from_utf8(bytes).map_err(|_| self.bad_row(pos, column, "not UTF-8")),
             other => Err(self.bad_row(pos, column, &format!("not a string: {other:?}"))),
         };
-        let event_id = text(cloned(&row, columns.event_id, "event_id")?, "event_id")?;
-        let biz_key = text(cloned(&row, columns.biz_key, "biz_key")?, "biz_key")?;
-        let topic = text(cloned(&row, columns.topic, "topic")?, "topic")?;
-        let created_local_us = columns.created_at.and_then(|index| row.get(index)).and_then(|value| {
-            let value = Value::try_from(value.clone()).ok()?;
-            local_micros(&value)
-        });
-        // The payload is the big value: taken, not copied.
+        let event_id = text(taken(columns.event_id, "event_id")?, "event_id")?;
+        let biz_key = text(taken(columns.biz_key, "biz_key")?, "biz_key")?;
+        let topic = text(taken(columns.topic, "topic")?, "topic")?;
+        let created_local_us = columns
+            .created_at
+            .and_then(|index| row.take(index))
+            .and_then(|value| local_micros(&Value::try_from(value).ok()?));
         let payload = self.payload(row.take(columns.payload).ok_or_else(|| missing("payload"))?, pos)?;
         Ok(OutboxEvent { id, event_id, biz_key, topic, payload, created_local_us })
     }

@@ -10,11 +10,16 @@
 //! can resume on another replica or the primary.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use mysql_async::{GnoInterval, Sid};
 use mysql_common::packets::Tag;
 
 use super::mariadb::MariaGtid;
+
+/// Room for a rendered state without growing: a few MariaDB domains, or a MySQL
+/// uuid with some intervals.
+const RENDERED_CAPACITY: usize = 64;
 
 /// A MySQL server uuid.
 type Uuid = [u8; 16];
@@ -147,34 +152,47 @@ impl GtidState {
             .collect()
     }
 
-    /// The state as text, or `None` when the server has no GTIDs.
+    /// The state as text, or `None` when the server has no GTIDs. Rendered for every
+    /// transaction read, so it is written into one string without parts to join.
     pub fn render(&self) -> Option<String> {
-        if !self.mariadb.is_empty() {
-            let parts: Vec<String> = self.mariadb.iter().map(|(d, (s, n))| format!("{d}-{s}-{n}")).collect();
-            return Some(parts.join(","));
-        }
-        if self.mysql.is_empty() {
+        if self.mariadb.is_empty() && self.mysql.is_empty() {
             return None;
         }
-        // Sorted by uuid, then tag (the untagged one first): one text per uuid.
-        let mut sets: Vec<String> = Vec::new();
+        let mut text = String::with_capacity(RENDERED_CAPACITY);
+        // Writing to a String cannot fail.
+        let _ = if self.is_mariadb() { self.write_mariadb(&mut text) } else { self.write_mysql(&mut text) };
+        Some(text)
+    }
+
+    fn write_mariadb(&self, out: &mut impl fmt::Write) -> fmt::Result {
+        for (i, (domain, (server, seq))) in self.mariadb.iter().enumerate() {
+            let separator = if i == 0 { "" } else { "," };
+            write!(out, "{separator}{domain}-{server}-{seq}")?;
+        }
+        Ok(())
+    }
+
+    /// Sorted by uuid, then tag (the untagged one first): one text per uuid.
+    fn write_mysql(&self, out: &mut impl fmt::Write) -> fmt::Result {
         let mut last_uuid = None;
         for ((uuid, tag), intervals) in &self.mysql {
             if last_uuid != Some(uuid) {
-                sets.push(uuid::Uuid::from_bytes(*uuid).hyphenated().to_string());
+                let separator = if last_uuid.is_none() { "" } else { "," };
+                write!(out, "{separator}{}", uuid::Uuid::from_bytes(*uuid).hyphenated())?;
                 last_uuid = Some(uuid);
             }
-            let text = sets.last_mut().expect("pushed above for a new uuid");
             if !tag.is_empty() {
-                text.push(':');
-                text.push_str(tag);
+                write!(out, ":{tag}")?;
             }
             for &(s, e) in intervals {
-                text.push(':');
-                text.push_str(&if e == s + 1 { s.to_string() } else { format!("{s}-{}", e - 1) });
+                if e == s + 1 {
+                    write!(out, ":{s}")?;
+                } else {
+                    write!(out, ":{s}-{}", e - 1)?;
+                }
             }
         }
-        Some(sets.join(","))
+        Ok(())
     }
 }
 
