@@ -429,9 +429,9 @@ impl Decoder {
         // Values are moved out of the row, which is dropped afterwards, unless a map
         // reads one column for several fields (only maps made by hand do): then copied.
         let once = columns.reads_each_column_once();
+        let mut value_at = |index: usize| if once { row.take(index) } else { row.get(index).cloned() };
         let mut taken = |index: usize, column: &'static str| {
-            let value = if once { row.take(index) } else { row.get(index).cloned() };
-            value.ok_or_else(|| missing(column)).and_then(|v| convert(v, column))
+            value_at(index).ok_or_else(|| missing(column)).and_then(|v| convert(v, column))
         };
         let id = match taken(columns.id, "id")? {
             Value::Int(v) => u64::try_from(v).ok(),
@@ -446,10 +446,8 @@ impl Decoder {
         let event_id = text(taken(columns.event_id, "event_id")?, "event_id")?;
         let biz_key = text(taken(columns.biz_key, "biz_key")?, "biz_key")?;
         let topic = text(taken(columns.topic, "topic")?, "topic")?;
-        let created_local_us = columns
-            .created_at
-            .and_then(|index| row.take(index))
-            .and_then(|value| local_micros(&Value::try_from(value).ok()?));
+        let created_local_us =
+            columns.created_at.and_then(&mut value_at).and_then(|value| local_micros(&Value::try_from(value).ok()?));
         let payload = self.payload(row.take(columns.payload).ok_or_else(|| missing("payload"))?, pos)?;
         Ok(OutboxEvent { id, event_id, biz_key, topic, payload, created_local_us })
     }
@@ -891,15 +889,19 @@ mod tests {
         assert_eq!((file.as_str(), pos, column), ("mariadb-bin.000001", 612, "event_id"));
 
         // Its rows, mapped by hand onto the outbox's fields (id, topic as the text
-        // fields, the BLOB `event` as the payload), decode as the relay decodes rows.
-        let by_hand = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 3, created_at: None, count: 5 };
-        let mut rows = Vec::new();
-        each_inserted_row(&shared("mariadb-bin.000001"), "toddy_test", "outbox", |decoder, row, _, pos| {
-            let event = decoder.to_event(row, &by_hand, pos).expect("an outbox row");
-            rows.push((event.id, event.event_id, event.payload, pos));
-        });
-        let foo = || ("foo".to_owned(), Bytes::from_static(br#"{"foo":1}"#));
-        assert_eq!(rows, [(62, foo().0, foo().1, 671), (63, foo().0, foo().1, 1043)]);
+        // fields, the BLOB `event` as the payload), decode as the relay decodes rows;
+        // also when `created_at` is read from the payload's column, which leaves the
+        // payload to read.
+        for created_at in [None, Some(3)] {
+            let by_hand = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 3, created_at, count: 5 };
+            let mut rows = Vec::new();
+            each_inserted_row(&shared("mariadb-bin.000001"), "toddy_test", "outbox", |decoder, row, _, pos| {
+                let event = decoder.to_event(row, &by_hand, pos).expect("an outbox row");
+                rows.push((event.id, event.event_id, event.payload, pos));
+            });
+            let foo = || ("foo".to_owned(), Bytes::from_static(br#"{"foo":1}"#));
+            assert_eq!(rows, [(62, foo().0, foo().1, 671), (63, foo().0, foo().1, 1043)], "created_at {created_at:?}");
+        }
 
         // Another table's rows are read through, with MariaDB GTIDs and commit positions.
         let mut other_table = decoder("toddy_test", "not_the_outbox", "mariadb-bin.000001", NO_PARTS);

@@ -228,6 +228,11 @@ mod tests {
         assert_eq!(unknown_start.render(), None, "no set to grow: nothing is claimed");
         let mut state =
             GtidState::parse("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:7,\n 00000000-0000-0000-0000-000000000001:1-3");
+        assert_eq!(
+            state.render().as_deref(),
+            Some("00000000-0000-0000-0000-000000000001:1-3,3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:7"),
+            "sorted by uuid, separate intervals apart"
+        );
         state.set_mysql(SID, "", 6);
         state.set_mysql(SID, "", 8);
         assert_eq!(
