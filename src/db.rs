@@ -56,13 +56,13 @@ pub async fn connect(role: &'static str, url: &DbUrl, pool_max: usize) -> Result
 /// How long a connection may stay idle in a pool before it is closed.
 const IDLE_CONNECTION_TTL: Duration = Duration::from_secs(60);
 /// How long a pooled connection lives at most before it is replaced.
-const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+pub(crate) const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 
 /// A pool for one database role with its TLS settings, checked with a round trip
 /// before it is returned; `setup` statements run on every new connection.
 ///
 /// The pool keeps its connections between uses: without an idle lifetime it closes
-/// every connection handed back, so each SENT write-back, mirror write and probe
+/// every connection handed back, so each FAILED write-back, mirror write and probe
 /// would open a new connection (handshake, login, `setup`). A connection also goes
 /// back as it is, not reset: the relay keeps no session state beyond `setup` (a
 /// transaction begun with `start_transaction` and left open is rolled back on return,

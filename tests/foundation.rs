@@ -188,7 +188,7 @@ async fn session_status(conn: &mut mysql_async::Conn, name: &str) -> u64 {
 /// two) and counts once, for FAILED and for SENT alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_padded_write_back_changes_each_row_once() {
-    use outbox_relay::store::{LeaseStore, RowKey, Sent, StatusStore};
+    use outbox_relay::store::{LeaseStore, RowKey, Sent, SentStore, StatusStore};
 
     let stack = Stack::from_env();
     let outbox = common::outbox::TestOutbox::create(&stack).await;
@@ -197,6 +197,8 @@ async fn a_padded_write_back_changes_each_row_once() {
     let lease = LeaseStore::new(outbox.pool.clone(), &outbox.table.schema, &unique("padded"));
     let term = lease.acquire("padded-test", Duration::from_secs(60)).await.expect("acquire").expect("a term");
     let status = StatusStore::new(outbox.pool.clone(), outbox.table.clone(), lease.fence(term));
+    let write_backs =
+        SentStore::new(outbox.pool.clone(), outbox.table.clone(), lease.fence(term), Duration::from_secs(60));
     let mut conn = outbox.pool.get_conn().await.expect("conn");
     let rows: Vec<(u64, String)> =
         conn.query(format!("SELECT id, event_id FROM {} ORDER BY id", outbox.table.qualified())).await.expect("rows");
@@ -212,7 +214,9 @@ async fn a_padded_write_back_changes_each_row_once() {
             at: std::time::SystemTime::now(),
         })
         .collect();
-    assert_eq!(status.mark_sent(&sent).await.expect("mark SENT"), 3, "three rows changed");
+    let mut held = write_backs.hold(None).await.expect("a write-back connection");
+    assert_eq!(held.mark_sent(&sent).await.expect("mark SENT"), 3, "three rows changed");
+    assert_eq!(held.mark_sent(&sent).await.expect("mark SENT again"), 0, "rows already SENT are left alone");
 
     let tries: Vec<(u64, u8, u32, Option<String>)> = conn
         .query(format!("SELECT id, status, retry_count, msg_id FROM {} ORDER BY id", outbox.table.qualified()))
@@ -225,4 +229,26 @@ async fn a_padded_write_back_changes_each_row_once() {
         assert_eq!((*status, *retry_count), (2, 0), "row {id}: SENT");
         assert_eq!(msg_id.as_deref(), Some(format!("M{id}").as_str()), "row {id}: its own msg_id");
     }
+}
+
+/// A write-back connection held past its lifetime is given back before another is
+/// taken: from a pool of one connection (all the writer's connections held), a new
+/// one could not come while the old one is kept.
+#[tokio::test]
+async fn a_write_back_connection_past_its_lifetime_is_given_back_before_another_is_taken() {
+    use outbox_relay::store::{LeaseStore, SentStore};
+
+    let stack = Stack::from_env();
+    let (_, outbox) = fresh_outbox(&stack).await;
+    let url = outbox_relay::config::DbUrl::new(&stack.root_url);
+    let pool = outbox_relay::db::connect_with("primary", &url, &Default::default(), 1, &[]).await.expect("pool");
+    let lease = LeaseStore::new(pool.clone(), &outbox.schema, &unique("renew"));
+    let write_backs = SentStore::new(pool.clone(), outbox, lease.unheld(), Duration::ZERO);
+    let held = write_backs.hold(None).await.expect("a write-back connection");
+    let renewed = tokio::time::timeout(Duration::from_secs(20), write_backs.hold(Some(held)))
+        .await
+        .expect("no new connection within 20 s: the old one was kept while a new one was awaited")
+        .expect("a new write-back connection");
+    drop(renewed);
+    pool.disconnect().await.expect("disconnect");
 }

@@ -46,7 +46,7 @@ use crate::rocketmq::{ProducerSettings, PublishError, Publisher};
 use crate::source::binlog::{Flavor, Reader, ReaderLinks, ReaderSettings};
 use crate::source::sweep::{BinlogGuard, SweepSettings, Sweeper, Watermark};
 use crate::source::{Budget, Handoff};
-use crate::store::{check_migrated, ClaimStore, LeaseStore, Manual, StatusStore, WriteBacks};
+use crate::store::{check_migrated, ClaimStore, LeaseStore, Manual, SentStore, StatusStore, WriteBacks};
 use crate::supervise::Supervisor;
 use prometheus_client::metrics::gauge::Gauge;
 
@@ -84,7 +84,7 @@ pub fn process_owner() -> String {
 /// (`ClientHost::run`) keeps one set of worker threads.
 pub async fn run(config: &Config, client: Arc<ClientRuntime>, shutdown: CancellationToken) -> Result<(), RelayError> {
     let outbox = config.outbox_table();
-    let primary = open_primary(config).await?;
+    let Primary { shared: primary, write_backs } = open_primary(config).await?;
     let binlog = match config.mode {
         Mode::Binlog => Some(start::open(config, &outbox).await?),
         Mode::Poll => None,
@@ -120,7 +120,7 @@ pub async fn run(config: &Config, client: Arc<ClientRuntime>, shutdown: Cancella
         )
         .await?,
     );
-    let warm = Warm { outbox, primary, binlog, claims, publisher, lease };
+    let warm = Warm { outbox, primary, write_backs, binlog, claims, publisher, lease };
     let result = serve(config, &warm, shutdown).await;
     shutdown_publisher(warm.publisher).await;
     result
@@ -339,21 +339,42 @@ async fn shutdown_publisher(publisher: Arc<Publisher>) {
     }
 }
 
-/// The primary's pool; its connections log with MINIMAL row images when allowed.
-async fn open_primary(config: &Config) -> Result<mysql_async::Pool, RelayError> {
+/// The primary's pools: the shared one, and the SENT writer's own (one connection per
+/// write-back in flight).
+struct Primary {
+    shared: mysql_async::Pool,
+    write_backs: mysql_async::Pool,
+}
+
+/// Opens the primary's pools; their connections log with MINIMAL row images when
+/// allowed.
+async fn open_primary(config: &Config) -> Result<Primary, RelayError> {
     let primary = &config.primary;
-    let pool = db::connect_with("primary", &primary.url, &primary.tls, primary.pool_max, &[]).await?;
-    if !primary.minimal_row_image {
-        return Ok(pool);
+    let probed = db::connect_with("primary", &primary.url, &primary.tls, primary.pool_max, &[]).await?;
+    let setup: &[&str] = if minimal_row_image_allowed(config, &probed).await { &[MINIMAL_ROW_IMAGE] } else { &[] };
+    let shared = if setup.is_empty() {
+        probed
+    } else {
+        // Best effort: the probe's pool is replaced by one whose every connection has the setting.
+        let _ = probed.disconnect().await;
+        db::connect_with("primary", &primary.url, &primary.tls, primary.pool_max, setup).await?
+    };
+    let write_backs = db::connect_with("primary", &primary.url, &primary.tls, sent_writer::CONCURRENT, setup).await?;
+    Ok(Primary { shared, write_backs })
+}
+
+/// Whether the relay's own updates are to be logged with MINIMAL row images: asked for
+/// in the configuration, and allowed to the primary's user.
+async fn minimal_row_image_allowed(config: &Config, pool: &mysql_async::Pool) -> bool {
+    if !config.primary.minimal_row_image {
+        return false;
     }
     let probe = async { pool.get_conn().await?.query_drop(MINIMAL_ROW_IMAGE).await };
     if let Err(error) = probe.await {
         tracing::warn!(%error, "the primary user cannot set binlog_row_image = MINIMAL for the relay's own updates (grant BINLOG ADMIN on MariaDB or SESSION_VARIABLES_ADMIN on MySQL 8, or set primary.minimal_row_image = false): SENT write-backs are logged with full row images");
-        return Ok(pool);
+        return false;
     }
-    // Best effort: the probe's pool is replaced by one whose every connection has the setting.
-    let _ = pool.disconnect().await;
-    Ok(db::connect_with("primary", &primary.url, &primary.tls, primary.pool_max, &[MINIMAL_ROW_IMAGE]).await?)
+    true
 }
 
 /// What stays open for the whole process, leader or standby: the checked source,
@@ -361,6 +382,8 @@ async fn open_primary(config: &Config) -> Result<mysql_async::Pool, RelayError> 
 struct Warm {
     outbox: OutboxTable,
     primary: mysql_async::Pool,
+    /// The SENT writer's own connections.
+    write_backs: mysql_async::Pool,
     /// The binlog path (binlog mode only).
     binlog: Option<BinlogSource>,
     claims: ClaimStore,
@@ -399,12 +422,13 @@ async fn start_pipeline(
     let policy = config.retry.failed_key_policy;
     let budget = Budget { events: config.lanes.max_in_flight, bytes: config.lanes.max_in_flight_bytes };
     let backoff = Backoff::new(config.retry.backoff_initial(), config.retry.backoff_max());
-    let status = StatusStore::new(primary.clone(), outbox.clone(), fence);
+    let status = StatusStore::new(primary.clone(), outbox.clone(), fence.clone());
+    let sent = SentStore::new(warm.write_backs.clone(), outbox.clone(), fence, db::CONNECTION_LIFETIME);
     let (source_tx, source_rx) = mpsc::channel(64);
     let handoff = Handoff::new(budget, source_tx);
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
     let (write_backs, sent_rx) = WriteBacks::channel(SENT_BACKLOG);
-    supervisor.spawn("status writer", ok(sent_writer::run(status.clone(), sent_rx)));
+    supervisor.spawn("status writer", ok(sent_writer::run(sent, sent_rx)));
     supervisor.spawn("outbox gauges", ok(gauges::watch_outbox(status.clone(), metrics.clone(), shutdown.clone())));
     if config.cleanup.interval_ms > 0 {
         let manual = Manual::new(primary.clone(), outbox.clone());

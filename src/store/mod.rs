@@ -1,8 +1,8 @@
-//! SQL on the primary: the schema (migrations), status write-back, the sweep's
-//! claims and leases, the leader lease whose term fences every write, and the
-//! operator's audited manual actions (requeue, skip, cleanup), status report and
-//! read-only reconciliation against a consumer's dedup table; and the queue that
-//! carries SENT write-backs to their writer.
+//! SQL on the primary: the schema (migrations), status write-backs (SENT on
+//! connections of their own), the sweep's claims and leases, the leader lease whose
+//! term fences every write, and the operator's audited manual actions (requeue, skip,
+//! cleanup), status report and read-only reconciliation against a consumer's dedup
+//! table; and the queue that carries SENT write-backs to their writer.
 
 mod claims;
 mod clock;
@@ -11,6 +11,7 @@ mod manual;
 mod reconcile;
 mod report;
 mod schema;
+mod sent;
 mod status;
 mod write_back;
 
@@ -23,7 +24,8 @@ pub use reconcile::{
 };
 pub use report::{status_report, LeaderReport, PositionReport, StatusReport};
 pub use schema::{check_migrated, has_index, migrate, MigrationReport, NotMigrated, CLAIM_INDEX, KEY_ORDER_INDEX};
-pub use status::{Backlog, Sent, StatusStore};
+pub use sent::{Sent, SentConn, SentStore};
+pub use status::{Backlog, StatusStore};
 pub use write_back::{Flushed, WriteBack, WriteBacks, WriterGone};
 
 use outbox_kit::RowStatus;

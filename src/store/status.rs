@@ -1,12 +1,10 @@
-//! Status write-back on the primary: SENT (with msg_id and sent_at) and FAILED.
+//! Status on the primary: FAILED write-backs, and the counts and backlog age the
+//! gauges and the status report read.
 //!
-//! SENT updates are batched and run off the send path: if one is lost, the row stays
-//! PENDING and the sweep sends it again (a duplicate, never a loss). FAILED is
-//! written before the event counts as acknowledged, so the checkpoint never passes an
-//! event that is neither on the broker nor visibly FAILED in the table.
-//! Neither update touches a row that is already SENT, or SKIPPED by an operator.
-
-use std::time::{SystemTime, UNIX_EPOCH};
+//! FAILED is written before the event counts as acknowledged, so the checkpoint never
+//! passes an event that is neither on the broker nor visibly FAILED in the table. (SENT
+//! write-backs run off the send path on connections of their own: `sent.rs`.) No
+//! update touches a row that is already SENT, or SKIPPED by an operator.
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Pool, Value};
@@ -35,46 +33,9 @@ pub struct Backlog {
     pub oldest_waiting_secs: f64,
 }
 
-/// One row to mark SENT.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sent {
-    pub id: u64,
-    pub event_id: String,
-    pub msg_id: String,
-    /// When the broker answered SEND_OK (stored as `sent_at`, so it measures delivery,
-    /// not how long the batched write-back took).
-    pub at: SystemTime,
-}
-
 impl StatusStore {
     pub fn new(pool: Pool, outbox: OutboxTable, fence: TermFence) -> Self {
         Self { pool, outbox, fence }
-    }
-
-    /// Marks `rows` SENT with their msg_id in one statement; returns rows changed.
-    pub async fn mark_sent(&self, rows: &[Sent]) -> Result<u64, mysql_async::Error> {
-        if rows.is_empty() {
-            return Ok(0);
-        }
-        let sql = format!(
-            "UPDATE {} o JOIN ({}) v ON o.id = v.id AND o.event_id = v.event_id {} \
-             SET o.status = {SENT}, o.msg_id = v.msg_id, o.sent_at = FROM_UNIXTIME(v.sent_at * 0.001), o.owner = NULL, \
-             o.lease_until = NULL WHERE o.status NOT IN ({SENT}, {SKIPPED})",
-            self.outbox.qualified(),
-            keyed(rows.len(), &["msg_id", "sent_at"]),
-            self.fence.join()
-        );
-        let params: Vec<Value> = padded(rows)
-            .flat_map(|r| {
-                [
-                    Value::from(r.id),
-                    Value::from(r.event_id.as_str()),
-                    Value::from(r.msg_id.as_str()),
-                    Value::from(unix_millis(r.at)),
-                ]
-            })
-            .collect();
-        self.exec(sql, params).await
     }
 
     /// How many rows wait to be sent (PENDING, or SENDING whose lease has passed or
@@ -163,31 +124,8 @@ impl StatusStore {
     }
 }
 
-/// Milliseconds since the epoch, rounded to the nearest (the column's precision). The
-/// SQL multiplies by the decimal 0.001, which is exact whatever the server's division
-/// settings, unlike a double.
-fn unix_millis(at: SystemTime) -> u64 {
-    let micros = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros();
-    u64::try_from((micros + 500) / 1000).unwrap_or(u64::MAX)
-}
-
 /// The parameters naming `rows` in a [`keyed`] table: id and event_id of each, in
 /// order, [`padded`].
 pub(super) fn key_params(rows: &[RowKey<'_>]) -> Vec<Value> {
     padded(rows).flat_map(|r| [Value::from(r.id), Value::from(r.event_id)]).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-
-    #[test]
-    fn sent_at_is_rounded_to_the_nearest_millisecond() {
-        let at = |micros| UNIX_EPOCH + Duration::from_micros(micros);
-        assert_eq!(unix_millis(at(1_796_121_005_123_499)), 1_796_121_005_123);
-        assert_eq!(unix_millis(at(1_796_121_005_123_500)), 1_796_121_005_124);
-        assert_eq!(unix_millis(at(1_796_121_005_999_700)), 1_796_121_006_000);
-    }
 }
