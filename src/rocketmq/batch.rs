@@ -77,7 +77,7 @@ mod tests {
     use crate::rocketmq::message::tests::{client_message, event, property_map};
 
     fn ids(count: usize) -> Vec<String> {
-        (0..count).map(|_| MessageClientIDSetter::create_uniq_id()).collect()
+        (0..count).map(|_| crate::rocketmq::msg_id::next()).collect()
     }
 
     #[test]

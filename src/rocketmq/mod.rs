@@ -5,6 +5,7 @@
 mod batch;
 mod error;
 mod message;
+mod msg_id;
 mod prepared;
 mod producer;
 mod publisher;

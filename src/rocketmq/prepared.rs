@@ -4,11 +4,11 @@
 
 use bytes::Bytes;
 use cheetah_string::CheetahString;
-use rocketmq_model::common::message::message_client_id_setter::MessageClientIDSetter;
 use rocketmq_model::common::message::MessageConst;
 
 use super::batch::batch_body;
 use super::message::{check_body, properties, properties_text};
+use super::msg_id;
 use super::PublishError;
 use crate::event::OutboxEvent;
 
@@ -48,7 +48,7 @@ pub fn prepare<'a>(
 ) -> Result<Prepared, PublishError> {
     let events: Vec<&OutboxEvent> = events.into_iter().collect();
     let term = term.map(|term| term.to_string());
-    let msg_ids: Vec<String> = events.iter().map(|_| MessageClientIDSetter::create_uniq_id()).collect();
+    let msg_ids: Vec<String> = events.iter().map(|_| msg_id::next()).collect();
     let topic = CheetahString::from_slice(events.first().map_or("", |first| first.topic.as_str()));
     let (shape, body, properties) = match events.as_slice() {
         [event] => {
@@ -63,7 +63,7 @@ pub fn prepare<'a>(
 /// The properties of a batch message itself: the wait for the store, and an id of
 /// its own (each message inside keeps its own).
 fn batch_properties() -> CheetahString {
-    let id = MessageClientIDSetter::create_uniq_id();
+    let id = msg_id::next();
     properties_text(
         [
             (MessageConst::PROPERTY_WAIT_STORE_MSG_OK, "true"),
