@@ -40,7 +40,13 @@ impl MsgIds {
     fn new() -> Self {
         let mut prefix = MessageClientIDSetter::create_uniq_id();
         prefix.truncate(prefix.len().saturating_sub(VARYING_DIGITS));
-        Self { prefix, month_start: AtomicI64::new(0), next_month_start: AtomicI64::new(0), counter: AtomicU16::new(0) }
+        let (start, next) = month_around(now_millis());
+        Self {
+            prefix,
+            month_start: AtomicI64::new(start),
+            next_month_start: AtomicI64::new(next),
+            counter: AtomicU16::new(0),
+        }
     }
 
     /// The id of a message sent at `now` (milliseconds since the epoch).
@@ -50,13 +56,15 @@ impl MsgIds {
             self.month_start.store(start, Ordering::Release);
             self.next_month_start.store(next, Ordering::Release);
         }
-        let since_month_start = now - self.month_start.load(Ordering::Acquire);
-        // A clock set back a little across the month's start counts as its start.
-        let since_month_start = if (-1_000_000..0).contains(&since_month_start) { 0 } else { since_month_start };
+        // The low 32 bits of the gap, as the client writes it; a clock set back a little
+        // across the month's start counts as its start.
+        let mut since_month_start = (now - self.month_start.load(Ordering::Acquire)) as i32;
+        if since_month_start < 0 && since_month_start > -1_000_000 {
+            since_month_start = 0;
+        }
         let counter = self.counter.fetch_add(1, Ordering::Relaxed);
         let mut id = String::with_capacity(self.prefix.len() + VARYING_DIGITS);
         id.push_str(&self.prefix);
-        // The field holds the low 32 bits, as the client writes it.
         push_hex(&mut id, u64::from(since_month_start as u32), 8);
         push_hex(&mut id, u64::from(counter), 4);
         id
@@ -111,15 +119,11 @@ mod tests {
         let theirs = MessageClientIDSetter::create_uniq_id();
         assert_eq!(ours.len(), theirs.len(), "{ours} against {theirs}");
         assert_eq!(ours[..ours.len() - VARYING_DIGITS], theirs[..theirs.len() - VARYING_DIGITS], "the same prefix");
-        assert!(ours.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_uppercase()), "{ours}");
-        assert_eq!(
-            MessageClientIDSetter::get_pid_from_id(&ours).ok(),
-            MessageClientIDSetter::get_pid_from_id(&theirs).ok()
-        );
-        assert_eq!(
-            MessageClientIDSetter::get_ip_from_id(&ours).ok(),
-            MessageClientIDSetter::get_ip_from_id(&theirs).ok()
-        );
+        assert!(ours.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_lowercase()), "{ours}");
+        let pid = MessageClientIDSetter::get_pid_from_id(&ours).expect("the client reads our process id");
+        assert_eq!(Some(pid), MessageClientIDSetter::get_pid_from_id(&theirs).ok());
+        let ip = MessageClientIDSetter::get_ip_from_id(&ours).expect("the client reads our address");
+        assert_eq!(Some(ip), MessageClientIDSetter::get_ip_from_id(&theirs).ok());
         let (ours_ms, theirs_ms) = (varying(&ours).0, varying(&theirs).0);
         assert!(theirs_ms.abs_diff(ours_ms) < 60_000, "the same month start: {ours_ms} against {theirs_ms} ms");
     }
@@ -138,6 +142,13 @@ mod tests {
             0,
             "a clock set back across the month's start counts as its start"
         );
+        assert_eq!(varying(&ids.at(next_start - 999_999)).0, 0);
+        assert_eq!(
+            varying(&ids.at(next_start - 1_000_000)).0,
+            (-1_000_000_i32) as u32,
+            "further back, as the client writes it"
+        );
+        assert_eq!(varying(&ids.at(next_start + 2_200_000_000)).0, 2_200_000_000, "past 2^31 ms, the low 32 bits");
     }
 
     #[test]
