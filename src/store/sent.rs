@@ -11,10 +11,10 @@
 //! without one when `primary.pool_max` is small. A connection is used for a lifetime
 //! after it is taken (the pools' own, in the relay) and replaced at the first write
 //! after that (the pool closes it, as it is older than that), so a primary moved
-//! behind the same name is reached, as through the shared pool. A held statement stays open
-//! while the driver's statement cache holds it: at most 11 sizes, fewer than the
-//! cache's 32 unless a URL sets `stmt_cache_size` lower, in which case an evicted one
-//! fails its write once and is prepared again on the next attempt.
+//! behind the same name is reached, as through the shared pool. A held statement
+//! stays open while the driver's statement cache holds it: at most 11 sizes, fewer
+//! than the cache's 32 unless a URL sets `stmt_cache_size` lower, in which case an
+//! evicted one fails its write once and is prepared again on the next attempt.
 
 use std::collections::HashMap;
 use std::sync::Arc;
