@@ -36,7 +36,7 @@ use crate::fault;
 use crate::health::{Health, Part};
 use crate::leader::Term;
 use crate::metrics::{FailReason, RelayMetrics, SendStatus};
-use crate::rocketmq::{check_size, prepare, ErrorClass, Prepared, PublishError, Publisher, SendReceipt};
+use crate::rocketmq::{check_size, prepare, ErrorClass, Prepared, PublishError, Publisher};
 
 /// Per-message overhead assumed when sizing a batch (properties, headers).
 const MESSAGE_OVERHEAD: usize = 512;
@@ -222,8 +222,15 @@ impl Lane {
         let mut outages = 0u32;
         let mut unknown = 0u32;
         loop {
-            let error = match self.try_send(&part, &batch).await {
-                Ok(end) => return end,
+            if !self.term.is_current() {
+                // Deposed: another instance may publish now; these events stay unacknowledged.
+                return PartEnd::Stopped;
+            }
+            let error = match self.try_send(part.len(), &batch).await {
+                Ok(()) => {
+                    let reported = self.recorder.sent(part, batch.msg_ids);
+                    return if reported { PartEnd::Done } else { PartEnd::Stopped };
+                }
                 Err(error) => error,
             };
             self.metrics.retry(error.class());
@@ -261,20 +268,16 @@ impl Lane {
         }
     }
 
-    /// One send; `Ok` when the part has ended (sent and reported).
-    async fn try_send(&self, part: &[LaneEvent], batch: &Prepared) -> Result<PartEnd, PublishError> {
-        if !self.term.is_current() {
-            // Deposed: another instance may publish now; these events stay unacknowledged.
-            return Ok(PartEnd::Stopped);
-        }
+    /// One send of the `events` in `batch`; `Ok` on SEND_OK.
+    async fn try_send(&self, events: usize, batch: &Prepared) -> Result<(), PublishError> {
         let started = std::time::Instant::now();
         let sent = self.publisher.send(&self.queue, batch).await;
         self.metrics.sent_batch(send_status(&sent), started.elapsed());
-        let receipt = sent?;
+        sent?;
         self.publisher.confirmed();
         self.health.clear(&self.part());
-        fault::lane_sent(part.len());
-        Ok(if self.recorder.sent(part, receipt.msg_ids) { PartEnd::Done } else { PartEnd::Stopped })
+        fault::lane_sent(events);
+        Ok(())
     }
 
     /// Waits before the next attempt in an outage: the probe delay, or less if a new
@@ -398,7 +401,7 @@ pub async fn run_failing(
 }
 
 /// How the broker answered a send, for the metrics.
-fn send_status(sent: &Result<SendReceipt, PublishError>) -> SendStatus {
+fn send_status(sent: &Result<(), PublishError>) -> SendStatus {
     match sent {
         Ok(_) => SendStatus::SendOk,
         Err(PublishError::NotSendOk { status }) => SendStatus::parse(status),

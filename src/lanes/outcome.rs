@@ -4,7 +4,7 @@
 use std::time::{Instant, SystemTime};
 
 use crate::event::OutboxEvent;
-use crate::store::RowKey;
+use crate::store::{RowKey, Sent};
 
 /// An event on its way to a lane, tagged with its source batch.
 #[derive(Debug)]
@@ -35,8 +35,9 @@ impl Attempts {
 /// How an event ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// The broker answered SEND_OK at `at`; `msg_id` is the message's id.
-    Sent { msg_id: String, at: SystemTime },
+    /// The broker answered SEND_OK: the row to mark SENT, with its message id and
+    /// when the answer came.
+    Sent(Sent),
     /// Durably marked FAILED in the outbox table.
     Failed,
     /// A swept row whose attempt failed for an unknown reason: durably back to
@@ -51,8 +52,6 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaneReport {
     pub tx_seq: u64,
-    pub id: u64,
-    pub event_id: String,
     pub outcome: Outcome,
 }
 
@@ -64,7 +63,13 @@ impl LaneEvent {
 
     /// The report of its `outcome`.
     pub fn report(&self, outcome: Outcome) -> LaneReport {
-        LaneReport { tx_seq: self.tx_seq, id: self.event.id, event_id: self.event.event_id.clone(), outcome }
+        LaneReport { tx_seq: self.tx_seq, outcome }
+    }
+
+    /// The report of its SEND_OK at `at` as `msg_id`; the event itself is done with.
+    pub fn sent(self, msg_id: String, at: SystemTime) -> LaneReport {
+        let sent = Sent { id: self.event.id, event_id: self.event.event_id, msg_id, at };
+        LaneReport { tx_seq: self.tx_seq, outcome: Outcome::Sent(sent) }
     }
 
     /// Whether it came from the sweep (claimed, leased) rather than the binlog.

@@ -44,10 +44,10 @@ impl Recorder {
     }
 
     /// Reports SEND_OK with each event's message id. `false` when the coordinator is gone.
-    pub fn sent(&self, events: &[LaneEvent], msg_ids: Vec<String>) -> bool {
+    pub fn sent(&self, events: Vec<LaneEvent>, msg_ids: Vec<String>) -> bool {
         let at = SystemTime::now();
-        self.measure_sent(events, at);
-        let reports = events.iter().zip(msg_ids).map(|(e, msg_id)| e.report(Outcome::Sent { msg_id, at })).collect();
+        self.measure_sent(&events, at);
+        let reports = events.into_iter().zip(msg_ids).map(|(e, msg_id)| e.sent(msg_id, at)).collect();
         self.reports.send(reports).is_ok()
     }
 

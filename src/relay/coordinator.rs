@@ -32,7 +32,7 @@ use crate::metrics::RelayMetrics;
 use crate::rocketmq::{PublishError, Publisher, PROBE_EVERY};
 use crate::source::sweep::Watermark;
 use crate::source::{Admitted, BinlogPosition, InFlight, Origin};
-use crate::store::{Sent, WriteBacks};
+use crate::store::WriteBacks;
 use crate::supervise::Supervisor;
 
 /// How long the route lookup of a known topic may take when judging whether the
@@ -49,6 +49,10 @@ const ACK_STALL: Duration = Duration::from_secs(30);
 /// How long a topic that is not on the cluster (and not configured) fails its events
 /// before its route is looked up again.
 const MISSING_TOPIC_RECHECK: Duration = Duration::from_secs(30);
+
+/// Each topic's lanes, looked up for every event: hashed with foldhash, which costs a
+/// fraction of the standard map's SipHash for keys this short.
+type Topics = foldhash::HashMap<String, TopicLanes>;
 
 /// Where a topic's events go.
 enum TopicLanes {
@@ -113,7 +117,7 @@ impl Coordinator {
     /// Runs until shutdown, the end of the source or an error; then drains and
     /// checkpoints whatever made it stop.
     pub async fn run(mut self, mut inputs: Inputs) -> Result<(), RelayError> {
-        let mut topics: HashMap<String, TopicLanes> = HashMap::new();
+        let mut topics = Topics::default();
         let mut progress = Progress::default();
         let mut tick = tokio::time::interval(self.checkpoint_every);
         let mut progress_tick = tokio::time::interval(PROGRESS_EVERY);
@@ -210,11 +214,7 @@ impl Coordinator {
     }
 
     /// Registers `tx` and routes its events. Returns whether the watermark moved.
-    async fn on_tx(
-        &mut self,
-        admitted: Admitted,
-        topics: &mut HashMap<String, TopicLanes>,
-    ) -> Result<bool, RelayError> {
+    async fn on_tx(&mut self, admitted: Admitted, topics: &mut Topics) -> Result<bool, RelayError> {
         let Admitted { tx, in_flight } = admitted;
         let (end, failures_before) = match tx.origin {
             Origin::Binlog { end } => (Some(end), Vec::new()),
@@ -257,9 +257,8 @@ impl Coordinator {
         for report in reports {
             self.tracker.ack(report.tx_seq);
             match report.outcome {
-                Outcome::Sent { msg_id, at } => {
+                Outcome::Sent(sent) => {
                     progress.sent += 1;
-                    let sent = Sent { id: report.id, event_id: report.event_id, msg_id, at };
                     // A full queue (the primary behind) is waited out; the writer is only
                     // gone at shutdown, when the row stays PENDING and is sent again
                     // later, never lost.

@@ -148,14 +148,17 @@ impl Producer {
 
     /// Sends `events` to `queue` in one synchronous send. `Ok` only on SEND_OK.
     pub async fn send_batch(&self, queue: &MessageQueue, events: &[OutboxEvent]) -> Result<SendReceipt, PublishError> {
-        self.send(queue, &prepare(events, None)?).await
+        let batch = prepare(events, None)?;
+        self.send(queue, &batch).await?;
+        Ok(SendReceipt { msg_ids: batch.msg_ids })
     }
 
-    /// Sends a prepared batch to `queue` (again, on a retry). `Ok` only on SEND_OK.
+    /// Sends a prepared batch to `queue` (again, on a retry). `Ok` only on SEND_OK; the
+    /// batch's message ids are then the ones stored.
     ///
     /// The request is the relay's own (see `request`); the client's instance finds the
     /// queue's broker, connects, signs and waits for the answer.
-    pub async fn send(&self, queue: &MessageQueue, batch: &Prepared) -> Result<SendReceipt, PublishError> {
+    pub async fn send(&self, queue: &MessageQueue, batch: &Prepared) -> Result<(), PublishError> {
         let client = self
             .producer
             .default_mq_producer_impl()
@@ -179,8 +182,7 @@ impl Producer {
             .invoke(&address, send_request(batch, &destination), self.timeout_millis)
             .await
             .map_err(|e| PublishError::from_client("send", &e))?;
-        answer(response.code(), response.remark().map(|remark| remark.as_str()), &address)?;
-        Ok(SendReceipt { msg_ids: batch.msg_ids.clone() })
+        answer(response.code(), response.remark().map(|remark| remark.as_str()), &address)
     }
 
     /// Reads `topic`'s route and asks the broker of its first queue for that queue's

@@ -24,7 +24,7 @@ use rocketmq_model::common::message::message_queue::MessageQueue;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{Prepared, Producer, ProducerSettings, PublishError, SendReceipt};
+use super::{Prepared, Producer, ProducerSettings, PublishError};
 use crate::config::AclCredentials;
 
 /// How often an unreachable broker is tried.
@@ -76,9 +76,9 @@ impl Publisher {
     }
 
     /// Sends a prepared batch to `queue` with the current producer.
-    pub async fn send(&self, queue: &MessageQueue, batch: &Prepared) -> Result<SendReceipt, PublishError> {
+    pub async fn send(&self, queue: &MessageQueue, batch: &Prepared) -> Result<(), PublishError> {
         if crate::fault::ack_without_send() {
-            return Ok(SendReceipt { msg_ids: batch.msg_ids.clone() });
+            return Ok(());
         }
         self.producer().send(queue, batch).await
     }
