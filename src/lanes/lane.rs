@@ -268,7 +268,7 @@ impl Lane {
         }
     }
 
-    /// One send of the `events` in `batch`; `Ok` on SEND_OK.
+    /// One send of `batch` (`events` events); `Ok` on SEND_OK.
     async fn try_send(&self, events: usize, batch: &Prepared) -> Result<(), PublishError> {
         let started = std::time::Instant::now();
         let sent = self.publisher.send(&self.queue, batch).await;

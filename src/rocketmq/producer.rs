@@ -154,7 +154,7 @@ impl Producer {
     }
 
     /// Sends a prepared batch to `queue` (again, on a retry). `Ok` only on SEND_OK; the
-    /// batch's message ids are then the ones stored.
+    /// batch's message ids are then the ones the broker stored.
     ///
     /// The request is the relay's own (see `request`); the client's instance finds the
     /// queue's broker, connects, signs and waits for the answer.

@@ -66,7 +66,7 @@ pub async fn run(rig: &Rig) -> anyhow::Result<Measurement> {
 async fn send_until_stored(producer: &Producer, queue: &MessageQueue, batch: &Prepared) -> anyhow::Result<()> {
     loop {
         match producer.send(queue, batch).await {
-            Ok(_) => return Ok(()),
+            Ok(()) => return Ok(()),
             Err(error) if error.class() == ErrorClass::Outage => tokio::time::sleep(Duration::from_millis(20)).await,
             Err(error) => return Err(error.into()),
         }
