@@ -9,6 +9,7 @@
 //! values are closed sets (see `labels`), all shown from the start. Gauges that only
 //! the leader can know are NaN on a standby.
 
+mod histogram;
 mod labels;
 mod lag;
 pub mod process;
@@ -21,9 +22,9 @@ use outbox_kit::RowStatus;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+pub use histogram::LatencyHistogram;
 use labels::{
     BuildLabel, ClassLabel, PathLabel, QueueLabel, ReasonLabel, RowStatusLabel, RowStatusValue, SendStatusLabel,
 };
@@ -54,12 +55,12 @@ pub struct RelayMetrics {
     failed: Family<ReasonLabel, Counter>,
     outbox_rows: Family<RowStatusLabel, Gauge>,
     lane_inflight: Family<QueueLabel, Gauge>,
-    pub commit_to_ack: Histogram,
-    pub route_to_ack: Histogram,
-    pub send_seconds: Histogram,
+    pub commit_to_ack: LatencyHistogram,
+    pub route_to_ack: LatencyHistogram,
+    pub send_seconds: LatencyHistogram,
     pub held_keys: Gauge,
     pub swept: Counter,
-    pub write_back_wait: Histogram,
+    pub write_back_wait: LatencyHistogram,
     pub reclaimed: Counter,
     pub position_lost: Counter,
     pub full_sweeps: Counter,
@@ -102,12 +103,12 @@ impl RelayMetrics {
             failed: Family::default(),
             outbox_rows: Family::default(),
             lane_inflight: Family::default(),
-            commit_to_ack: Histogram::new(LATENCY_BUCKETS),
-            route_to_ack: Histogram::new(LATENCY_BUCKETS),
-            send_seconds: Histogram::new(LATENCY_BUCKETS),
+            commit_to_ack: LatencyHistogram::new(&LATENCY_BUCKETS),
+            route_to_ack: LatencyHistogram::new(&LATENCY_BUCKETS),
+            send_seconds: LatencyHistogram::new(&LATENCY_BUCKETS),
             held_keys: Gauge::default(),
             swept: Counter::default(),
-            write_back_wait: Histogram::new(LATENCY_BUCKETS),
+            write_back_wait: LatencyHistogram::new(&LATENCY_BUCKETS),
             reclaimed: Counter::default(),
             position_lost: Counter::default(),
             full_sweeps: Counter::default(),
