@@ -24,7 +24,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-pub use histogram::LatencyHistogram;
+use histogram::LatencyHistogram;
 use labels::{
     BuildLabel, ClassLabel, PathLabel, QueueLabel, ReasonLabel, RowStatusLabel, RowStatusValue, SendStatusLabel,
 };
