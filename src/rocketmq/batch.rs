@@ -62,7 +62,7 @@ fn encode(event: &OutboxEvent, term: Option<&str>, id: &str, body: &mut BytesMut
     body.put_slice(&event.payload);
     body.put_i16(properties_field);
     // Writing to a BytesMut cannot fail.
-    let _ = write_properties(properties(event, term, id), body);
+    write_properties(properties(event, term, id), body);
     Ok(())
 }
 

@@ -6,11 +6,9 @@
 //! body and its properties encoded here; several go as one batch message (see
 //! `batch`), with the same properties.
 
-use std::fmt;
-
+use bytes::BytesMut;
 use cheetah_string::CheetahString;
 use rocketmq_model::common::message::MessageConst;
-use rocketmq_protocol::common::message::message_decoder::{NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR};
 
 use outbox_kit::wire::{PROPERTY_BIZ_KEY, PROPERTY_EVENT_ID, PROPERTY_RELAY_TERM};
 
@@ -43,25 +41,43 @@ pub(super) fn encoded_len<'a>(pairs: impl Iterator<Item = (&'static str, &'a str
     pairs.map(|(name, value)| name.len() + value.len() + SEPARATORS).sum()
 }
 
-/// Appends `pairs` to `out` the way RocketMQ writes properties: `name 0x01 value 0x02`.
-pub(super) fn write_properties<'a>(
-    pairs: impl Iterator<Item = (&'static str, &'a str)>,
-    out: &mut impl fmt::Write,
-) -> fmt::Result {
-    for (name, value) in pairs {
-        out.write_str(name)?;
-        out.write_char(NAME_VALUE_SEPARATOR)?;
-        out.write_str(value)?;
-        out.write_char(PROPERTY_SEPARATOR)?;
+/// Between a property's name and its value (RocketMQ's `NAME_VALUE_SEPARATOR`).
+const NAME_VALUE_SEPARATOR: &str = "\u{1}";
+/// After a property's value (RocketMQ's `PROPERTY_SEPARATOR`).
+const PROPERTY_SEPARATOR: &str = "\u{2}";
+
+/// Where properties are written: a request header's text or a batch's body. Both
+/// append without a check that can fail.
+pub(super) trait PropertiesOut {
+    fn append(&mut self, text: &str);
+}
+
+impl PropertiesOut for String {
+    fn append(&mut self, text: &str) {
+        self.push_str(text);
     }
-    Ok(())
+}
+
+impl PropertiesOut for BytesMut {
+    fn append(&mut self, text: &str) {
+        self.extend_from_slice(text.as_bytes());
+    }
+}
+
+/// Appends `pairs` to `out` the way RocketMQ writes properties: `name 0x01 value 0x02`.
+pub(super) fn write_properties<'a>(pairs: impl Iterator<Item = (&'static str, &'a str)>, out: &mut impl PropertiesOut) {
+    for (name, value) in pairs {
+        out.append(name);
+        out.append(NAME_VALUE_SEPARATOR);
+        out.append(value);
+        out.append(PROPERTY_SEPARATOR);
+    }
 }
 
 /// `pairs` as the properties field of a request header.
 pub(super) fn properties_text<'a>(pairs: impl Iterator<Item = (&'static str, &'a str)> + Clone) -> CheetahString {
     let mut text = String::with_capacity(encoded_len(pairs.clone()));
-    // Writing to a String cannot fail.
-    let _ = write_properties(pairs, &mut text);
+    write_properties(pairs, &mut text);
     CheetahString::from_string(text)
 }
 
