@@ -6,8 +6,8 @@
 //! bucket and the sum as a float in an atomic word, finds a value's bucket by binary
 //! search, and renders the same series (`_sum`, `_count`, cumulative `_bucket`s with
 //! `+Inf`). `_count` is read as the sum of the buckets, so a scrape never shows a
-//! count that its buckets do not add up to. One difference: a NaN counts in `+Inf`
-//! (prometheus-client counts it in no bucket).
+//! count that its buckets do not add up to. One difference: NaN and +∞ count in
+//! `+Inf` (prometheus-client counts them in no bucket).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -123,7 +123,7 @@ mod tests {
     }
 
     #[test]
-    fn the_sum_holds_days_of_latency_per_event_for_millions_of_events() {
+    fn the_sum_goes_past_what_nanoseconds_in_a_u64_hold() {
         let histogram = LatencyHistogram::new(&BOUNDS);
         for _ in 0..20 {
             histogram.observe(1e9);

@@ -61,7 +61,6 @@ fn encode(event: &OutboxEvent, term: Option<&str>, id: &str, body: &mut BytesMut
     body.put_i32(payload_len);
     body.put_slice(&event.payload);
     body.put_i16(properties_field);
-    // Writing to a BytesMut cannot fail.
     write_properties(properties(event, term, id), body);
     Ok(())
 }

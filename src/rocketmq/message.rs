@@ -33,12 +33,9 @@ pub(super) fn properties<'a>(
     .chain(term.map(|term| (PROPERTY_RELAY_TERM, term)))
 }
 
-/// The two separators around a property's value.
-const SEPARATORS: usize = 2;
-
 /// The bytes `pairs` take on the wire.
 pub(super) fn encoded_len<'a>(pairs: impl Iterator<Item = (&'static str, &'a str)>) -> usize {
-    pairs.map(|(name, value)| name.len() + value.len() + SEPARATORS).sum()
+    pairs.map(|(name, value)| name.len() + NAME_VALUE_SEPARATOR.len() + value.len() + PROPERTY_SEPARATOR.len()).sum()
 }
 
 /// Between a property's name and its value (RocketMQ's `NAME_VALUE_SEPARATOR`).
