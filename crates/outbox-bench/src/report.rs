@@ -88,6 +88,11 @@ pub struct Measurement {
     /// The bucket bound that the longest time inside the relay stayed within,
     /// milliseconds (latency runs).
     pub in_relay_max_at_most_ms: Option<f64>,
+    /// The bucket bound that the longest send stayed within (`relay_send_seconds`:
+    /// from handing the request to the client to the broker's answer), milliseconds
+    /// (latency runs): beside `in_relay_max_at_most_ms`, whether a slow event waited
+    /// in its send.
+    pub send_max_at_most_ms: Option<f64>,
     /// Latency runs: the transactions the primary binlogged per event beyond the
     /// writers' own (the relay's SENT write-backs, lease, mirror and claims).
     pub relay_commits_per_event: Option<f64>,
@@ -115,6 +120,7 @@ impl Measurement {
             from_insert_p50_ms: None,
             in_relay_p99_ms: None,
             in_relay_max_at_most_ms: None,
+            send_max_at_most_ms: None,
             relay_commits_per_event: None,
             cpu: None,
             peak_rss_mib: None,
@@ -140,7 +146,7 @@ pub fn add_ratios(results: &mut [Measurement]) {
 pub fn table(results: &[Measurement], setup: &str) -> String {
     let mut out = format!("\n{setup}\n\n");
     out.push_str(&format!(
-        "{:<8} {:<7} {:>9} {:>8} {:>10} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11} {:>12} {:>13}\n",
+        "{:<8} {:<7} {:>9} {:>8} {:>10} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11} {:>12} {:>14} {:>14}\n",
         "case",
         "mode",
         "events",
@@ -156,12 +162,13 @@ pub fn table(results: &[Measurement], setup: &str) -> String {
         "relay p50 ms",
         "from INSERT",
         "in relay p99",
-        "in relay max<="
+        "in relay max<=",
+        "send max<="
     ));
     for m in results {
         let ms = |f: fn(&Percentiles) -> f64| m.latency.as_ref().map(|p| format!("{:.1}", f(p))).unwrap_or_default();
         out.push_str(&format!(
-            "{:<8} {:<7} {:>9} {:>8.2} {:>10.0} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11} {:>12} {:>13}\n",
+            "{:<8} {:<7} {:>9} {:>8.2} {:>10.0} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11} {:>12} {:>14} {:>14}\n",
             m.case,
             m.mode,
             m.events,
@@ -178,6 +185,7 @@ pub fn table(results: &[Measurement], setup: &str) -> String {
             m.from_insert_p50_ms.map(|p| format!("{p:.1}")).unwrap_or_default(),
             m.in_relay_p99_ms.map(|p| format!("{p:.1}")).unwrap_or_default(),
             m.in_relay_max_at_most_ms.map(|p| format!("{p:.0}")).unwrap_or_default(),
+            m.send_max_at_most_ms.map(|p| format!("{p:.0}")).unwrap_or_default(),
         ));
     }
     out.push('\n');

@@ -92,6 +92,8 @@ async fn run(rig: &Rig, mode: Mode) -> anyhow::Result<Measurement> {
     let in_relay = relay.histogram("relay_route_to_ack_seconds")?;
     measurement.in_relay_p99_ms = histogram_quantile(0.99, &in_relay).map(|s| s * 1_000.0);
     measurement.in_relay_max_at_most_ms = histogram_max_at_most(&in_relay).map(|s| s * 1_000.0);
+    let sends = relay.histogram("relay_send_seconds")?;
+    measurement.send_max_at_most_ms = histogram_max_at_most(&sends).map(|s| s * 1_000.0);
     measurement.peak_rss_mib = Some(relay.peak_rss_mib()?);
     relay.stop()?;
     rig.drop_table(&table).await?;

@@ -5,8 +5,9 @@
 //!
 //! The senders run as the relay runs them: on the RocketMQ client's runtime, beside the
 //! producer's tasks, with the relay's default number of worker threads. So its CPU per
-//! event is what the relay's sending costs at least, and with a batch of one, what a
-//! single send costs.
+//! event is about the least the relay's sending can cost, and with a batch of one, an
+//! upper bound of what a single send costs the client (the bench's preparing and
+//! sender tasks are in it too).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,11 +43,11 @@ pub async fn run(rig: &Rig) -> anyhow::Result<Measurement> {
         processes: rig.processes(std::process::id()),
     };
     let workers = RuntimeConfig::default().worker_threads;
-    let host = ClientHost::with_workers("bench-raw", Some(workers))?;
+    let host = ClientHost::with_workers("bench-raw", Some(workers)).context("start the client runtime for raw")?;
     let client = host.runtime();
     let (seconds, cpu) = tokio::task::spawn_blocking(move || {
         host.run(async move {
-            let producer = Producer::start_on(client, settings, None).await?;
+            let producer = Producer::start_on(client, settings, None).await.context("start the raw producer")?;
             senders.send_all(producer, per_queue).await
         })
     })
@@ -73,9 +74,12 @@ impl Senders {
         producer: Producer,
         per_queue: Vec<Vec<OutboxEvent>>,
     ) -> anyhow::Result<(f64, Option<CpuPerEvent>)> {
-        let events = per_queue.iter().map(Vec::len).sum();
+        let total = per_queue.iter().map(Vec::len).sum();
         let producer = Arc::new(producer);
-        let queues = producer.pinned_queues(&self.topic, self.queues).await?;
+        let queues = producer
+            .pinned_queues(&self.topic, self.queues)
+            .await
+            .with_context(|| format!("look up the queues of {}", self.topic))?;
         let cpu_before = self.processes.read()?;
         let started = Instant::now();
         let mut senders = Vec::new();
@@ -97,9 +101,10 @@ impl Senders {
         if let Ok(producer) = Arc::try_unwrap(producer) {
             producer.shutdown().await;
         }
-        Ok((seconds, CpuPerEvent::between(&cpu_before, &cpu_after, events)))
+        Ok((seconds, CpuPerEvent::between(&cpu_before, &cpu_after, total)))
     }
 }
+
 /// Sends `batch` like a lane does: a broker that cannot take it now (busy, flushing)
 /// is asked again shortly; anything else ends the case.
 async fn send_until_stored(producer: &Producer, queue: &MessageQueue, batch: &Prepared) -> anyhow::Result<()> {
