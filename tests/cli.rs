@@ -36,7 +36,7 @@ fn missing_key_exits_2_naming_it() {
 
 #[test]
 fn wrong_type_exits_2_naming_the_key() {
-    let output = relay(&["config"], &EXAMPLE.replace("batch_size = 64", "batch_size = \"lots\""), &[]);
+    let output = relay(&["config"], &EXAMPLE.replace("batch_size = 128", "batch_size = \"lots\""), &[]);
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("lanes.batch_size"), "{}", stderr(&output));
 }

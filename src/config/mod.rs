@@ -378,7 +378,7 @@ impl Default for OutboxConfig {
 
 impl Default for LanesConfig {
     fn default() -> Self {
-        Self { batch_size: 64, linger_ms: 1, max_in_flight: 20_000, max_in_flight_bytes: 256 * 1024 * 1024 }
+        Self { batch_size: 128, linger_ms: 1, max_in_flight: 20_000, max_in_flight_bytes: 256 * 1024 * 1024 }
     }
 }
 

@@ -75,7 +75,7 @@ fn wrong_type_names_the_key_and_expected_type() {
 
 #[test]
 fn unknown_key_is_rejected_with_its_name() {
-    let text = EXAMPLE.replace("batch_size = 64", "batch_size = 64\nbatchsize = 3");
+    let text = EXAMPLE.replace("batch_size = 128", "batch_size = 128\nbatchsize = 3");
     let message = error_of(&text, &[]);
     assert!(message.contains("batchsize"), "{message}");
 }

@@ -61,8 +61,8 @@ pub struct Options {
     /// `bigtx`: rows in the backlog drained afterwards.
     #[arg(long, default_value_t = 1_000_000)]
     pub backlog_rows: usize,
-    /// Relay setting `lanes.batch_size` (also the `raw` batch).
-    #[arg(long, default_value_t = 64)]
+    /// Relay setting `lanes.batch_size` (also the `raw` batch); the relay's default.
+    #[arg(long, default_value_t = 128)]
     pub batch_size: usize,
     /// Relay setting `lanes.max_in_flight`.
     #[arg(long, default_value_t = 20_000)]
