@@ -1,7 +1,8 @@
 //! Supervision against the real stack: a part of the relay that stops working is
 //! reported at once (`/readyz`, an error line) and either recovers or stops the relay
 //! with the exit code of its class; a graceful stop joins everything and leaves
-//! nothing behind; a restart after any stop loses nothing.
+//! nothing behind; a restart after any stop loses nothing; the relay's process runs
+//! without transparent huge pages.
 #![recursion_limit = "512"]
 
 mod common;
@@ -138,6 +139,20 @@ async fn a_panicking_lane_stops_the_relay_with_exit_1_and_a_restart_loses_nothin
     assert_eq!(delivery_counts(&deliveries).len(), 300, "every event reached the broker");
     assert_eq!(relay.stop(), Some(0));
     collector.shutdown().await;
+}
+
+/// Memory the allocator gave back and touches again would otherwise come back as
+/// whole 2 MiB pages for the kernel to zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_runs_without_transparent_huge_pages() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
+    relay.wait_ready().await;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", relay.pid())).expect("the relay's /proc status");
+    let off = status.lines().any(|line| line.split_whitespace().eq(["THP_enabled:", "0"]));
+    assert!(off, "THP_enabled is 0 for the relay:\n{status}");
+    assert_eq!(relay.stop(), Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
