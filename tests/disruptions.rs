@@ -481,10 +481,12 @@ async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
     let stack = Stack::from_env();
     let outbox = TestOutbox::create(&stack).await;
     let events = Events::new(&stack, "metrics").await;
-    // A small in-flight budget, so the reader stops reading while the broker is down.
+    // A small in-flight budget (and batches that fit in it), so the reader stops
+    // reading while the broker is down.
     let options = RelayOptions::new(outbox.name())
         .env("OUTBOX_RELAY__SOURCE__HEARTBEAT_MS", 1_000)
         .env("OUTBOX_RELAY__LANES__MAX_IN_FLIGHT", 64)
+        .env("OUTBOX_RELAY__LANES__BATCH_SIZE", 64)
         .env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 1_000)
         .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 1_000)
         .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 1_000);

@@ -142,17 +142,26 @@ async fn a_panicking_lane_stops_the_relay_with_exit_1_and_a_restart_loses_nothin
 }
 
 /// Memory the allocator gave back and touches again would otherwise come back as
-/// whole 2 MiB pages for the kernel to zero.
+/// whole 2 MiB pages for the kernel to zero. The relay inherits this process's
+/// setting, so the test first makes sure huge pages are on here and that mimalloc is
+/// not told to turn them off: only the relay itself can have turned them off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_runs_without_transparent_huge_pages() {
+    assert_eq!(thp_enabled("self"), Some(true), "this test needs a kernel and a runner with transparent huge pages");
+    assert!(std::env::var_os("MIMALLOC_ALLOW_THP").is_none(), "MIMALLOC_ALLOW_THP would turn them off for the relay");
     let stack = Stack::from_env();
     let outbox = TestOutbox::create(&stack).await;
     let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
     relay.wait_ready().await;
-    let status = std::fs::read_to_string(format!("/proc/{}/status", relay.pid())).expect("the relay's /proc status");
-    let off = status.lines().any(|line| line.split_whitespace().eq(["THP_enabled:", "0"]));
-    assert!(off, "THP_enabled is 0 for the relay:\n{status}");
+    assert_eq!(thp_enabled(&relay.pid().to_string()), Some(false), "THP_enabled is 0 for the relay");
     assert_eq!(relay.stop(), Some(0));
+}
+
+/// The `THP_enabled` line of `/proc/{process}/status`; `None` when the kernel has none.
+fn thp_enabled(process: &str) -> Option<bool> {
+    let status = std::fs::read_to_string(format!("/proc/{process}/status")).expect("a /proc status");
+    let value = status.lines().find_map(|line| line.strip_prefix("THP_enabled:"))?;
+    Some(value.trim() == "1")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -130,6 +130,15 @@ fn db_url_parts() {
 }
 
 #[test]
+fn a_budget_below_the_batch_size_names_both_keys() {
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__LANES__MAX_IN_FLIGHT", "64")]);
+    assert!(message.contains("lanes.max_in_flight") && message.contains("got 64"), "{message}");
+    assert!(message.contains("at least lanes.batch_size (128), or a lanes.batch_size of at most 64"), "{message}");
+    let smaller_batches = [("OUTBOX_RELAY__LANES__MAX_IN_FLIGHT", "64"), ("OUTBOX_RELAY__LANES__BATCH_SIZE", "64")];
+    assert!(load_with(EXAMPLE, &smaller_batches).is_ok());
+}
+
+#[test]
 fn the_byte_budget_must_hold_the_largest_message() {
     let config = load_with(EXAMPLE, &[]).expect("example config is valid");
     assert_eq!(config.lanes.max_in_flight_bytes, 256 * 1024 * 1024);

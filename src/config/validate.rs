@@ -23,7 +23,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     }
     check_rocketmq(config)?;
     at_least("lanes.batch_size", config.lanes.batch_size as u64, 1)?;
-    at_least("lanes.max_in_flight", config.lanes.max_in_flight as u64, config.lanes.batch_size as u64)?;
+    check_batch_fits_budget(config)?;
     at_least(
         "lanes.max_in_flight_bytes",
         config.lanes.max_in_flight_bytes as u64,
@@ -177,6 +177,20 @@ fn check_cleanup(cleanup: &CleanupConfig) -> Result<(), ConfigError> {
     at_least("cleanup.retention_secs", cleanup.retention_secs, 1)?;
     at_least("cleanup.batch", cleanup.batch as u64, 1)?;
     at_most("cleanup.batch", cleanup.batch as u64, 1_000)
+}
+
+/// A lane's batch must fit in the in-flight budget. Named both ways, since a budget set
+/// below an unchanged default batch size is fixed by either key.
+fn check_batch_fits_budget(config: &Config) -> Result<(), ConfigError> {
+    let (budget, batch) = (config.lanes.max_in_flight, config.lanes.batch_size);
+    if budget >= batch {
+        return Ok(());
+    }
+    Err(ConfigError::invalid(
+        "lanes.max_in_flight",
+        budget,
+        &format!("at least lanes.batch_size ({batch}), or a lanes.batch_size of at most {budget}"),
+    ))
 }
 
 fn at_least(key: &str, value: u64, min: u64) -> Result<(), ConfigError> {
