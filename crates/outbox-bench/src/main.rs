@@ -14,6 +14,7 @@
 
 mod cases;
 mod cpu;
+mod disk;
 mod options;
 mod report;
 mod rig;
@@ -42,18 +43,28 @@ async fn main() -> ExitCode {
 async fn run(options: Options) -> anyhow::Result<()> {
     let rig = Rig::new(options.clone()).await?;
     let mut results: Vec<Measurement> = Vec::new();
+    let measured = measure(&rig, &options, &mut results).await;
+    report::add_ratios(&mut results);
+    print!("{}", report::table(&results, &rig.describe()));
+    for result in &results {
+        println!("{}", serde_json::to_string(result)?);
+    }
+    measured
+}
+
+/// Every case in turn into `results`, stopping at the first that fails (what was
+/// measured before it is still reported).
+async fn measure(rig: &Rig, options: &Options, results: &mut Vec<Measurement>) -> anyhow::Result<()> {
     for case in &options.cases {
-        let measured = run_case(&rig, *case).await.inspect_err(|_| rig.keep_scratch())?;
+        if let Some(stack_dir) = &options.stack_dir {
+            disk::ensure_room(stack_dir)?;
+        }
+        let measured = run_case(rig, *case).await.inspect_err(|_| rig.keep_scratch())?;
         for mut measurement in measured {
             eprintln!("outbox-bench: {}", measurement.summary());
             measurement.label.clone_from(&options.label);
             results.push(measurement);
         }
-    }
-    report::add_ratios(&mut results);
-    print!("{}", report::table(&results, &rig.describe()));
-    for result in &results {
-        println!("{}", serde_json::to_string(result)?);
     }
     Ok(())
 }

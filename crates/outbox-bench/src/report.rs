@@ -82,8 +82,11 @@ pub struct Measurement {
     /// milliseconds (latency runs): `relay_p50_ms` must agree with it; `latency`
     /// starts later, at the COMMIT's return.
     pub from_insert_p50_ms: Option<f64>,
-    /// The 99th percentile of the relay's `relay_route_to_ack_seconds` (from routing
-    /// to SEND_OK: the time inside the relay), milliseconds (latency runs).
+    /// The median of the relay's `relay_route_to_ack_seconds` (from routing to
+    /// SEND_OK: the time inside the relay), milliseconds (latency runs): the rest of
+    /// `latency.p50_ms` is spent before the relay reads the event.
+    pub in_relay_p50_ms: Option<f64>,
+    /// The 99th percentile of the same, milliseconds (latency runs).
     pub in_relay_p99_ms: Option<f64>,
     /// The bucket bound that the longest time inside the relay stayed within,
     /// milliseconds (latency runs).
@@ -93,6 +96,12 @@ pub struct Measurement {
     /// (latency runs): beside `in_relay_max_at_most_ms`, whether a slow event waited
     /// in its send.
     pub send_max_at_most_ms: Option<f64>,
+    /// The median of `relay_send_seconds`, milliseconds (latency runs): the part of
+    /// `in_relay_p50_ms` that an event's own send takes.
+    pub send_p50_ms: Option<f64>,
+    /// Events per synchronous send (`relay_events_published` over
+    /// `relay_send_status`; latency runs): how full the lanes' batches were.
+    pub events_per_send: Option<f64>,
     /// Latency runs: the transactions the primary binlogged per event beyond the
     /// writers' own (the relay's SENT write-backs, lease, mirror and claims).
     pub relay_commits_per_event: Option<f64>,
@@ -118,9 +127,12 @@ impl Measurement {
             latency: None,
             relay_p50_ms: None,
             from_insert_p50_ms: None,
+            in_relay_p50_ms: None,
             in_relay_p99_ms: None,
             in_relay_max_at_most_ms: None,
             send_max_at_most_ms: None,
+            send_p50_ms: None,
+            events_per_send: None,
             relay_commits_per_event: None,
             cpu: None,
             peak_rss_mib: None,
@@ -146,7 +158,7 @@ pub fn add_ratios(results: &mut [Measurement]) {
 pub fn table(results: &[Measurement], setup: &str) -> String {
     let mut out = format!("\n{setup}\n\n");
     out.push_str(&format!(
-        "{:<8} {:<7} {:>9} {:>8} {:>10} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11} {:>12} {:>14} {:>14}\n",
+        "{:<8} {:<7} {:>9} {:>8} {:>10} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11} {:>12} {:>12} {:>14} {:>14} {:>13} {:>10}\n",
         "case",
         "mode",
         "events",
@@ -161,14 +173,17 @@ pub fn table(results: &[Measurement], setup: &str) -> String {
         "peak RSS",
         "relay p50 ms",
         "from INSERT",
+        "in relay p50",
         "in relay p99",
         "in relay max<=",
-        "send max<="
+        "send max<=",
+        "send p50 ms",
+        "events/send"
     ));
     for m in results {
         let ms = |f: fn(&Percentiles) -> f64| m.latency.as_ref().map(|p| format!("{:.1}", f(p))).unwrap_or_default();
         out.push_str(&format!(
-            "{:<8} {:<7} {:>9} {:>8.2} {:>10.0} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11} {:>12} {:>14} {:>14}\n",
+            "{:<8} {:<7} {:>9} {:>8.2} {:>10.0} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11} {:>12} {:>12} {:>14} {:>14} {:>13} {:>10}\n",
             m.case,
             m.mode,
             m.events,
@@ -183,9 +198,12 @@ pub fn table(results: &[Measurement], setup: &str) -> String {
             m.peak_rss_mib.map(|r| format!("{r:.0} MiB")).unwrap_or_default(),
             m.relay_p50_ms.map(|p| format!("{p:.1}")).unwrap_or_default(),
             m.from_insert_p50_ms.map(|p| format!("{p:.1}")).unwrap_or_default(),
+            m.in_relay_p50_ms.map(|p| format!("{p:.1}")).unwrap_or_default(),
             m.in_relay_p99_ms.map(|p| format!("{p:.1}")).unwrap_or_default(),
             m.in_relay_max_at_most_ms.map(|p| format!("{p:.0}")).unwrap_or_default(),
             m.send_max_at_most_ms.map(|p| format!("{p:.0}")).unwrap_or_default(),
+            m.send_p50_ms.map(|p| format!("{p:.1}")).unwrap_or_default(),
+            m.events_per_send.map(|n| format!("{n:.2}")).unwrap_or_default(),
         ));
     }
     out.push('\n');

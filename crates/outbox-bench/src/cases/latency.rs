@@ -90,10 +90,15 @@ async fn run(rig: &Rig, mode: Mode) -> anyhow::Result<Measurement> {
     let relay_buckets = relay.histogram("relay_commit_to_ack_seconds")?;
     measurement.relay_p50_ms = histogram_quantile(0.5, &relay_buckets).map(|s| s * 1_000.0);
     let in_relay = relay.histogram("relay_route_to_ack_seconds")?;
+    measurement.in_relay_p50_ms = histogram_quantile(0.5, &in_relay).map(|s| s * 1_000.0);
     measurement.in_relay_p99_ms = histogram_quantile(0.99, &in_relay).map(|s| s * 1_000.0);
     measurement.in_relay_max_at_most_ms = histogram_max_at_most(&in_relay).map(|s| s * 1_000.0);
     let sends = relay.histogram("relay_send_seconds")?;
     measurement.send_max_at_most_ms = histogram_max_at_most(&sends).map(|s| s * 1_000.0);
+    measurement.send_p50_ms = histogram_quantile(0.5, &sends).map(|s| s * 1_000.0);
+    let (batches, published) =
+        (relay.metric_sum("relay_send_status_total")?, relay.metric_sum("relay_events_published_total")?);
+    measurement.events_per_send = (batches > 0.0).then(|| published / batches);
     measurement.peak_rss_mib = Some(relay.peak_rss_mib()?);
     relay.stop()?;
     rig.drop_table(&table).await?;
