@@ -7,7 +7,9 @@ use std::process::Command;
 
 use anyhow::{bail, ensure, Context};
 
-/// The broker refuses writes above 90% and takes them again only below 85%.
+/// The broker refuses every write above this share of its disk used...
+const REFUSED_ABOVE_PERCENT: f64 = 90.0;
+/// ...and takes writes again only below this one, where the bench stops.
 const MOST_USED_PERCENT: f64 = 85.0;
 
 /// Fails, naming the fix, when the disk holding `stack_dir` is too full for the broker.
@@ -16,8 +18,9 @@ pub fn ensure_room(stack_dir: &Path) -> anyhow::Result<()> {
     ensure!(
         used < MOST_USED_PERCENT,
         "the disk holding {} is {used:.0}% used as the RocketMQ broker counts it (1 - available/size): \
-         above 90% the broker refuses every write and takes them again only below 85%; free space \
-         (scripts/stack reset drops the stack's data) and run the bench again",
+         above {REFUSED_ABOVE_PERCENT}% the broker refuses every write and takes them again only below \
+         {MOST_USED_PERCENT}%; free space (old cargo target dirs, or the stack's data: scripts/stack reset) \
+         and run the bench again",
         stack_dir.display()
     );
     Ok(())
@@ -41,7 +44,8 @@ fn used_percent(dir: &Path) -> anyhow::Result<f64> {
 /// The percentage from `df --output=size,avail`: a header line, then size and available.
 fn parse_df(text: &str) -> anyhow::Result<f64> {
     let line = text.lines().nth(1).context("no line after the header")?;
-    let numbers: Vec<f64> = line.split_whitespace().map(str::parse).collect::<Result<_, _>>()?;
+    let numbers: Vec<f64> =
+        line.split_whitespace().map(str::parse).collect::<Result<_, _>>().with_context(|| format!("{line:?}"))?;
     match numbers[..] {
         [size, available] if size > 0.0 => Ok(100.0 * (1.0 - available / size)),
         _ => bail!("expected a size and the space available, got {line:?}"),

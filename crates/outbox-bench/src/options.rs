@@ -97,7 +97,8 @@ pub struct Options {
     #[arg(long, env = "OUTBOX_RELAY_TEST_NAMESRV", default_value = "127.0.0.1:19876")]
     pub namesrv: String,
     /// The stack's state directory, whose pid files name the MariaDB servers and the
-    /// broker whose CPU each case reports (without it, only the relay's).
+    /// broker whose CPU each case reports (without it, only the relay's), and whose disk
+    /// is checked for room before every case (without it, not checked).
     #[arg(long, env = "OUTBOX_RELAY_TEST_STACK")]
     pub stack_dir: Option<PathBuf>,
 }

@@ -97,10 +97,12 @@ pub struct Measurement {
     /// in its send.
     pub send_max_at_most_ms: Option<f64>,
     /// The median of `relay_send_seconds`, milliseconds (latency runs): the part of
-    /// `in_relay_p50_ms` that an event's own send takes.
+    /// `in_relay_p50_ms` that an event's own send takes (mostly the broker's answer;
+    /// the rest is mostly the wait for the send before it on its queue).
     pub send_p50_ms: Option<f64>,
-    /// Events per synchronous send (`relay_events_published` over
-    /// `relay_send_status`; latency runs): how full the lanes' batches were.
+    /// Events per synchronous send (`relay_events_published_total` over
+    /// `relay_send_status_total`, both summed over their labels: every path, every
+    /// answer and retry; latency runs): how full the lanes' batches were.
     pub events_per_send: Option<f64>,
     /// Latency runs: the transactions the primary binlogged per event beyond the
     /// writers' own (the relay's SENT write-backs, lease, mirror and claims).
@@ -158,7 +160,7 @@ pub fn add_ratios(results: &mut [Measurement]) {
 pub fn table(results: &[Measurement], setup: &str) -> String {
     let mut out = format!("\n{setup}\n\n");
     out.push_str(&format!(
-        "{:<8} {:<7} {:>9} {:>8} {:>10} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11} {:>12} {:>12} {:>14} {:>14} {:>13} {:>10}\n",
+        "{:<8} {:<7} {:>9} {:>8} {:>10} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11} {:>12} {:>12} {:>14} {:>14} {:>13} {:>11}\n",
         "case",
         "mode",
         "events",
@@ -183,7 +185,7 @@ pub fn table(results: &[Measurement], setup: &str) -> String {
     for m in results {
         let ms = |f: fn(&Percentiles) -> f64| m.latency.as_ref().map(|p| format!("{:.1}", f(p))).unwrap_or_default();
         out.push_str(&format!(
-            "{:<8} {:<7} {:>9} {:>8.2} {:>10.0} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11} {:>12} {:>12} {:>14} {:>14} {:>13} {:>10}\n",
+            "{:<8} {:<7} {:>9} {:>8.2} {:>10.0} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12} {:>11} {:>12} {:>12} {:>14} {:>14} {:>13} {:>11}\n",
             m.case,
             m.mode,
             m.events,
