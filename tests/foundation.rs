@@ -231,6 +231,76 @@ async fn a_padded_write_back_changes_each_row_once() {
     }
 }
 
+/// A write-back that reaches the database while another transaction is ending its term
+/// waits for that transaction, then changes nothing: the fence reads the lease row
+/// with a lock. Read from a snapshot, the row would still show the old term and the
+/// deposed leader's write would land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_back_racing_the_end_of_its_term_waits_for_it_and_changes_nothing() {
+    use outbox_relay::store::{LeaseStore, Sent, SentStore};
+
+    let stack = Stack::from_env();
+    let outbox = common::outbox::TestOutbox::create(&stack).await;
+    let events = common::events::Events::new(&stack, "fence-race").await;
+    outbox.insert_tx(&events.rows("k", 0..2)).await;
+    let name = unique("fence");
+    let lease = LeaseStore::new(outbox.pool.clone(), &outbox.table.schema, &name);
+    let term = lease.acquire("fence-test", Duration::from_secs(60)).await.expect("acquire").expect("a term");
+    let write_backs =
+        SentStore::new(outbox.pool.clone(), outbox.table.clone(), lease.fence(term), Duration::from_secs(60));
+    let mut conn = outbox.pool.get_conn().await.expect("conn");
+    let rows: Vec<(u64, String)> =
+        conn.query(format!("SELECT id, event_id FROM {} ORDER BY id", outbox.table.qualified())).await.expect("rows");
+    let sent: Vec<Sent> = rows
+        .iter()
+        .map(|(id, event_id)| Sent {
+            id: *id,
+            event_id: event_id.clone(),
+            msg_id: format!("M{id}"),
+            at: std::time::SystemTime::now(),
+        })
+        .collect();
+
+    let mut ender = outbox.pool.get_conn().await.expect("conn");
+    let mut ending = ender.start_transaction(Default::default()).await.expect("begin");
+    ending
+        .exec_drop(
+            format!("UPDATE `{}`.outbox_relay_lease SET term = term + 1 WHERE name = ?", outbox.table.schema),
+            (&name,),
+        )
+        .await
+        .expect("end the term, uncommitted");
+    let write_back = tokio::spawn(async move {
+        let mut held = write_backs.hold(None).await.expect("a write-back connection");
+        held.mark_sent(&sent).await
+    });
+    let waiting = format!("%{}%", outbox.table.table);
+    eventually("the write-back executing, held by the lease row's lock", Duration::from_secs(20), || {
+        let pool = outbox.pool.clone();
+        let waiting = waiting.clone();
+        async move {
+            let mut conn = pool.get_conn().await.ok()?;
+            let waits: Option<u64> = conn
+                .exec_first(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+                     WHERE ID <> CONNECTION_ID() AND COMMAND = 'Execute' AND INFO LIKE ?",
+                    (waiting,),
+                )
+                .await
+                .ok()?;
+            waits.filter(|&n| n > 0)
+        }
+    })
+    .await;
+    ending.commit().await.expect("commit the term's end");
+
+    let changed = write_back.await.expect("write-back task").expect("the write-back ran");
+    assert_eq!(changed, 0, "a write-back of an ended term changed rows");
+    let statuses: Vec<u8> =
+        conn.query(format!("SELECT status FROM {}", outbox.table.qualified())).await.expect("statuses");
+    assert_eq!(statuses, vec![0, 0], "both rows still PENDING");
+}
+
 /// A write-back connection held past its lifetime is given back before another is
 /// taken: from a pool of one connection (all the writer's connections held), a new
 /// one could not come while the old one is kept.
