@@ -232,11 +232,13 @@ async fn a_padded_write_back_changes_each_row_once() {
 }
 
 /// A write-back that reaches the database while another transaction is ending its term
-/// waits for that transaction, then changes nothing: the fence reads the lease row
-/// with a lock. Read from a snapshot, the row would still show the old term and the
-/// deposed leader's write would land.
+/// waits for that transaction, then changes nothing: the fence joins the lease row into
+/// the UPDATE, and a multi-table UPDATE reads the rows it joins with a lock. Read from a
+/// snapshot, the row would still show the old term and the deposed leader's write would
+/// land.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_back_racing_the_end_of_its_term_waits_for_it_and_changes_nothing() {
+    use outbox_kit::RowStatus;
     use outbox_relay::store::{LeaseStore, Sent, SentStore};
 
     let stack = Stack::from_env();
@@ -248,9 +250,14 @@ async fn a_write_back_racing_the_end_of_its_term_waits_for_it_and_changes_nothin
     let term = lease.acquire("fence-test", Duration::from_secs(60)).await.expect("acquire").expect("a term");
     let write_backs =
         SentStore::new(outbox.pool.clone(), outbox.table.clone(), lease.fence(term), Duration::from_secs(60));
-    let mut conn = outbox.pool.get_conn().await.expect("conn");
-    let rows: Vec<(u64, String)> =
-        conn.query(format!("SELECT id, event_id FROM {} ORDER BY id", outbox.table.qualified())).await.expect("rows");
+    let rows: Vec<(u64, String)> = outbox
+        .pool
+        .get_conn()
+        .await
+        .expect("conn")
+        .query(format!("SELECT id, event_id FROM {} ORDER BY id", outbox.table.qualified()))
+        .await
+        .expect("rows");
     let sent: Vec<Sent> = rows
         .iter()
         .map(|(id, event_id)| Sent {
@@ -274,31 +281,31 @@ async fn a_write_back_racing_the_end_of_its_term_waits_for_it_and_changes_nothin
         let mut held = write_backs.hold(None).await.expect("a write-back connection");
         held.mark_sent(&sent).await
     });
-    let waiting = format!("%{}%", outbox.table.table);
-    eventually("the write-back executing, held by the lease row's lock", Duration::from_secs(20), || {
+    // Parameters show filled in, so the check's own statement names the table too.
+    let statement_on = format!("%{}%", outbox.table.table);
+    eventually("the write-back's statement executing on the server", Duration::from_secs(20), || {
         let pool = outbox.pool.clone();
-        let waiting = waiting.clone();
+        let statement_on = statement_on.clone();
         async move {
             let mut conn = pool.get_conn().await.ok()?;
-            let waits: Option<u64> = conn
+            let executing: Option<u64> = conn
                 .exec_first(
                     "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
                      WHERE ID <> CONNECTION_ID() AND COMMAND = 'Execute' AND INFO LIKE ?",
-                    (waiting,),
+                    (statement_on,),
                 )
                 .await
                 .ok()?;
-            waits.filter(|&n| n > 0)
+            executing.filter(|&n| n > 0)
         }
     })
     .await;
+    assert!(!write_back.is_finished(), "the write-back did not wait for the transaction ending its term");
     ending.commit().await.expect("commit the term's end");
 
     let changed = write_back.await.expect("write-back task").expect("the write-back ran");
     assert_eq!(changed, 0, "a write-back of an ended term changed rows");
-    let statuses: Vec<u8> =
-        conn.query(format!("SELECT status FROM {}", outbox.table.qualified())).await.expect("statuses");
-    assert_eq!(statuses, vec![0, 0], "both rows still PENDING");
+    assert_eq!(outbox.count_status(RowStatus::Pending).await, 2, "both rows still PENDING");
 }
 
 /// A write-back connection held past its lifetime is given back before another is
