@@ -183,37 +183,75 @@ async fn session_status(conn: &mut mysql_async::Conn, name: &str) -> u64 {
     row.map(|(_, value)| value).unwrap_or_else(|| panic!("no session status {name}"))
 }
 
-/// Write-backs are statements written for a power-of-two row count, the last row named
-/// again: three rows go as four. Each row still changes once (one retry counted, not
-/// two) and counts once, for FAILED and for SENT alike.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_padded_write_back_changes_each_row_once() {
-    use outbox_relay::store::{LeaseStore, RowKey, Sent, SentStore, StatusStore};
+/// A test outbox with PENDING rows and a lease term held on it: what a leader's
+/// write-backs need.
+struct LeasedRows {
+    outbox: common::outbox::TestOutbox,
+    lease: outbox_relay::store::LeaseStore,
+    lease_name: String,
+    term: u64,
+    /// Every row's id and event_id, in id order.
+    rows: Vec<(u64, String)>,
+}
 
-    let stack = Stack::from_env();
-    let outbox = common::outbox::TestOutbox::create(&stack).await;
-    let events = common::events::Events::new(&stack, "padded").await;
-    outbox.insert_tx(&events.rows("k", 0..6)).await;
-    let lease = LeaseStore::new(outbox.pool.clone(), &outbox.table.schema, &unique("padded"));
-    let term = lease.acquire("padded-test", Duration::from_secs(60)).await.expect("acquire").expect("a term");
-    let status = StatusStore::new(outbox.pool.clone(), outbox.table.clone(), lease.fence(term));
-    let write_backs =
-        SentStore::new(outbox.pool.clone(), outbox.table.clone(), lease.fence(term), Duration::from_secs(60));
-    let mut conn = outbox.pool.get_conn().await.expect("conn");
-    let rows: Vec<(u64, String)> =
-        conn.query(format!("SELECT id, event_id FROM {} ORDER BY id", outbox.table.qualified())).await.expect("rows");
+impl LeasedRows {
+    async fn new(stack: &Stack, name: &str, count: usize) -> Self {
+        let outbox = common::outbox::TestOutbox::create(stack).await;
+        let events = common::events::Events::new(stack, name).await;
+        outbox.insert_tx(&events.rows("k", 0..count)).await;
+        let lease_name = unique(name);
+        let lease = outbox_relay::store::LeaseStore::new(outbox.pool.clone(), &outbox.table.schema, &lease_name);
+        let term = lease.acquire(name, Duration::from_secs(60)).await.expect("acquire").expect("a term");
+        let rows = outbox
+            .pool
+            .get_conn()
+            .await
+            .expect("conn")
+            .query(format!("SELECT id, event_id FROM {} ORDER BY id", outbox.table.qualified()))
+            .await
+            .expect("rows");
+        Self { outbox, lease, lease_name, term, rows }
+    }
 
-    let failing: Vec<RowKey<'_>> = rows[..3].iter().map(|(id, event_id)| RowKey { id: *id, event_id }).collect();
-    assert_eq!(status.mark_failed(&failing, "padded").await.expect("mark FAILED"), 3, "three rows changed");
-    let sent: Vec<Sent> = rows[3..]
-        .iter()
-        .map(|(id, event_id)| Sent {
+    fn fence(&self) -> outbox_relay::store::TermFence {
+        self.lease.fence(self.term)
+    }
+
+    fn write_backs(&self) -> outbox_relay::store::SentStore {
+        let table = self.outbox.table.clone();
+        outbox_relay::store::SentStore::new(self.outbox.pool.clone(), table, self.fence(), Duration::from_secs(60))
+    }
+}
+
+/// `rows` as the lane reports them SENT, each with the msg_id `M<id>`.
+fn sent_as(rows: &[(u64, String)]) -> Vec<outbox_relay::store::Sent> {
+    rows.iter()
+        .map(|(id, event_id)| outbox_relay::store::Sent {
             id: *id,
             event_id: event_id.clone(),
             msg_id: format!("M{id}"),
             at: std::time::SystemTime::now(),
         })
-        .collect();
+        .collect()
+}
+
+/// Write-backs are statements written for a power-of-two row count, the last row named
+/// again: three rows go as four. Each row still changes once (one retry counted, not
+/// two) and counts once, for FAILED and for SENT alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_padded_write_back_changes_each_row_once() {
+    use outbox_relay::store::{RowKey, StatusStore};
+
+    let stack = Stack::from_env();
+    let leased = LeasedRows::new(&stack, "padded", 6).await;
+    let (outbox, rows) = (&leased.outbox, &leased.rows);
+    let status = StatusStore::new(outbox.pool.clone(), outbox.table.clone(), leased.fence());
+    let write_backs = leased.write_backs();
+    let mut conn = outbox.pool.get_conn().await.expect("conn");
+
+    let failing: Vec<RowKey<'_>> = rows[..3].iter().map(|(id, event_id)| RowKey { id: *id, event_id }).collect();
+    assert_eq!(status.mark_failed(&failing, "padded").await.expect("mark FAILED"), 3, "three rows changed");
+    let sent = sent_as(&rows[3..]);
     let mut held = write_backs.hold(None).await.expect("a write-back connection");
     assert_eq!(held.mark_sent(&sent).await.expect("mark SENT"), 3, "three rows changed");
     assert_eq!(held.mark_sent(&sent).await.expect("mark SENT again"), 0, "rows already SENT are left alone");
@@ -239,41 +277,19 @@ async fn a_padded_write_back_changes_each_row_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_back_racing_the_end_of_its_term_waits_for_it_and_changes_nothing() {
     use outbox_kit::RowStatus;
-    use outbox_relay::store::{LeaseStore, Sent, SentStore};
 
     let stack = Stack::from_env();
-    let outbox = common::outbox::TestOutbox::create(&stack).await;
-    let events = common::events::Events::new(&stack, "fence-race").await;
-    outbox.insert_tx(&events.rows("k", 0..2)).await;
-    let name = unique("fence");
-    let lease = LeaseStore::new(outbox.pool.clone(), &outbox.table.schema, &name);
-    let term = lease.acquire("fence-test", Duration::from_secs(60)).await.expect("acquire").expect("a term");
-    let write_backs =
-        SentStore::new(outbox.pool.clone(), outbox.table.clone(), lease.fence(term), Duration::from_secs(60));
-    let rows: Vec<(u64, String)> = outbox
-        .pool
-        .get_conn()
-        .await
-        .expect("conn")
-        .query(format!("SELECT id, event_id FROM {} ORDER BY id", outbox.table.qualified()))
-        .await
-        .expect("rows");
-    let sent: Vec<Sent> = rows
-        .iter()
-        .map(|(id, event_id)| Sent {
-            id: *id,
-            event_id: event_id.clone(),
-            msg_id: format!("M{id}"),
-            at: std::time::SystemTime::now(),
-        })
-        .collect();
+    let leased = LeasedRows::new(&stack, "fence-race", 2).await;
+    let outbox = &leased.outbox;
+    let write_backs = leased.write_backs();
+    let sent = sent_as(&leased.rows);
 
     let mut ender = outbox.pool.get_conn().await.expect("conn");
     let mut ending = ender.start_transaction(Default::default()).await.expect("begin");
     ending
         .exec_drop(
             format!("UPDATE `{}`.outbox_relay_lease SET term = term + 1 WHERE name = ?", outbox.table.schema),
-            (&name,),
+            (&leased.lease_name,),
         )
         .await
         .expect("end the term, uncommitted");
