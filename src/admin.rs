@@ -20,17 +20,37 @@ fn settings(namesrv: &str) -> ProducerSettings {
     }
 }
 
-/// Creates `topic` with `queues` queues on the brokers of `cluster` and waits until
-/// its route shows them all.
-pub async fn create_topic(namesrv: &str, cluster: &str, topic: &str, queues: u32) -> Result<(), PublishError> {
+/// Creates `topic` with `queues` queues in all, spread evenly over the master brokers
+/// of `cluster` (8 over two brokers: 4 on each), and waits until its route shows them
+/// all. With `brokers`, the cluster must have that many registered first, so a broker
+/// that has not registered yet is waited for rather than left out.
+pub async fn create_topic(
+    namesrv: &str,
+    cluster: &str,
+    topic: &str,
+    queues: u32,
+    brokers: Option<usize>,
+) -> Result<(), PublishError> {
     let producer = Producer::start(settings(namesrv)).await?;
-    let result = create_and_wait(&producer, cluster, topic, queues).await;
+    let result = create_and_wait(&producer, cluster, topic, queues, brokers).await;
     producer.shutdown().await;
     result
 }
 
-async fn create_and_wait(producer: &Producer, cluster: &str, topic: &str, queues: u32) -> Result<(), PublishError> {
-    producer.create_topic(cluster, topic, queues).await?;
+async fn create_and_wait(
+    producer: &Producer,
+    cluster: &str,
+    topic: &str,
+    queues: u32,
+    brokers: Option<usize>,
+) -> Result<(), PublishError> {
+    let found = producer.cluster_brokers(cluster).await?;
+    let spread = Spread { cluster, topic, queues, found: &found };
+    if brokers.is_some_and(|wanted| wanted != found.len()) || found.is_empty() || queues as usize % found.len() != 0 {
+        return Err(spread.refused(brokers));
+    }
+    let per_broker = queues / u32::try_from(found.len()).unwrap_or(u32::MAX);
+    producer.create_topic(cluster, topic, per_broker).await?;
     let deadline = tokio::time::Instant::now() + ROUTE_DEADLINE;
     loop {
         match producer.pinned_queues(topic, queues).await {
@@ -38,6 +58,36 @@ async fn create_and_wait(producer: &Producer, cluster: &str, topic: &str, queues
             Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
+    }
+}
+
+/// A topic's queues over the brokers of a cluster.
+struct Spread<'a> {
+    cluster: &'a str,
+    topic: &'a str,
+    queues: u32,
+    found: &'a [String],
+}
+
+impl Spread<'_> {
+    /// Why the queues cannot be spread as asked.
+    fn refused(&self, wanted: Option<usize>) -> PublishError {
+        let Spread { cluster, topic, queues, found } = self;
+        let detail = match wanted {
+            Some(wanted) if wanted != found.len() => format!(
+                "cluster {cluster} has {} master brokers registered ({}), not the {wanted} asked for: start the missing ones, or wait until they register with the NameServer",
+                found.len(),
+                found.join(", ")
+            ),
+            _ if found.is_empty() => format!("cluster {cluster} has no master broker registered: start one, or name the cluster with --cluster"),
+            _ => format!(
+                "{queues} queues of topic {topic} cannot be spread evenly over the {} brokers of cluster {cluster} ({}): ask for a multiple of {}",
+                found.len(),
+                found.join(", "),
+                found.len()
+            ),
+        };
+        PublishError::Cluster { detail }
     }
 }
 

@@ -122,7 +122,10 @@ fn position_class(error: &PositionError) -> ExitClass {
 
 fn publish_class(error: &PublishError) -> ExitClass {
     match error {
-        PublishError::TopicMissing { .. } | PublishError::QueueCountMismatch { .. } => ExitClass::Environment,
+        PublishError::TopicMissing { .. }
+        | PublishError::QueueCountMismatch { .. }
+        | PublishError::LayoutChanged { .. }
+        | PublishError::Cluster { .. } => ExitClass::Environment,
         _ => ExitClass::DependencyDown,
     }
 }

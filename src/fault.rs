@@ -63,3 +63,36 @@ pub(crate) fn ack_without_send() -> bool {
 pub(crate) fn ack_without_send() -> bool {
     false
 }
+
+/// What the SENT writer's next batch is to do wrong, with the feature:
+/// `OUTBOX_RELAY_FAULT_SENT_WRITE_PANIC_AT=N` makes the Nth batch of the process panic,
+/// `OUTBOX_RELAY_FAULT_SENT_WRITE_SHORT_AT=N` leaves the Nth batch's first row out of its
+/// UPDATE (so it changes one row fewer than it was given). Without the feature, nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+pub(crate) enum SentWriteFault {
+    None,
+    Panic,
+    Short,
+}
+
+#[cfg(feature = "fault-injection")]
+pub(crate) fn sent_write_fault() -> SentWriteFault {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static BATCHES: AtomicU64 = AtomicU64::new(0);
+    let batch = BATCHES.fetch_add(1, Ordering::Relaxed) + 1;
+    let at = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok()) == Some(batch);
+    if at("OUTBOX_RELAY_FAULT_SENT_WRITE_PANIC_AT") {
+        SentWriteFault::Panic
+    } else if at("OUTBOX_RELAY_FAULT_SENT_WRITE_SHORT_AT") {
+        SentWriteFault::Short
+    } else {
+        SentWriteFault::None
+    }
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline]
+pub(crate) fn sent_write_fault() -> SentWriteFault {
+    SentWriteFault::None
+}

@@ -27,12 +27,14 @@ pub(crate) enum Part {
     Lease,
     /// The binlog reader.
     BinlogSource,
+    /// The replica the binlog reader reads is far behind its primary.
+    ReplicaLag,
     /// The sweep (claims on the primary).
     Sweep,
     /// The route of a topic being looked up for its first event.
     Route(String),
-    /// One lane: sends to (topic, queue id).
-    Lane(String, i32),
+    /// One lane: sends to (topic, broker name, queue id).
+    Lane(String, String, i32),
     /// The checkpoint: not moving although transactions are in flight, or not writable.
     Checkpoint,
 }
@@ -181,14 +183,14 @@ mod tests {
     fn ready_until_a_part_reports_and_again_once_it_clears() {
         let health = Health::new();
         assert!(health.readiness().ready);
-        health.problem(Part::Lane("t".into(), 3), "broker: not confirmed");
+        health.problem(Part::Lane("t".into(), "broker-a".into(), 3), "broker: not confirmed");
         health.problem(Part::BinlogSource, "binlog source: REPLICATION SLAVE missing");
         let readiness = health.readiness();
         assert!(!readiness.ready);
         assert_eq!(readiness.reason.as_deref(), Some("binlog source: REPLICATION SLAVE missing"), "the source first");
         assert_eq!(readiness.problems.len(), 2);
         health.clear(&Part::BinlogSource);
-        health.clear(&Part::Lane("t".into(), 3));
+        health.clear(&Part::Lane("t".into(), "broker-a".into(), 3));
         assert!(health.readiness().ready);
     }
 

@@ -191,8 +191,12 @@ enum AdminCommand {
         cluster: String,
         #[arg(long)]
         topic: String,
+        /// Queues in all, spread evenly over the cluster's brokers (8 over two: 4 each).
         #[arg(long)]
         queues: u32,
+        /// Fail unless the cluster has this many master brokers registered.
+        #[arg(long)]
+        brokers: Option<usize>,
     },
     /// Find messages by KEYS (the event_id) in the broker's index, like `mqadmin queryMsgByKey`.
     Find {
@@ -390,8 +394,8 @@ async fn stop_on_signal(shutdown: CancellationToken) {
 
 async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
     match command {
-        AdminCommand::CreateTopic { namesrv, cluster, topic, queues } => {
-            admin::create_topic(&namesrv, &cluster, &topic, queues)
+        AdminCommand::CreateTopic { namesrv, cluster, topic, queues, brokers } => {
+            admin::create_topic(&namesrv, &cluster, &topic, queues, brokers)
                 .await
                 .with_context(|| format!("create topic {topic} via {namesrv}"))?;
             println!("topic {topic} ready with {queues} queues");

@@ -75,7 +75,7 @@ impl Supervisor {
 }
 
 /// The message a panic carried.
-fn panic_text(panic: &Box<dyn Any + Send>) -> String {
+pub(crate) fn panic_text(panic: &Box<dyn Any + Send>) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())

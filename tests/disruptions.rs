@@ -1,5 +1,5 @@
-//! Disruptions of the shared stack: the broker stopped while events arrive, and the
-//! relay's binlog connection killed by the server. These tests disturb every client
+//! Disruptions of the shared stack: the broker cluster stopped while events arrive, one
+//! broker of the two killed, and the relay's binlog connection killed by the server. These tests disturb every client
 //! of the stack, so they live in their own test binary (cargo runs test binaries one
 //! after another) and take turns within it.
 #![recursion_limit = "512"]
@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::collector::Collector;
-use common::events::{all_sent, assert_per_key_order, consumed_all, Events};
+use common::events::{all_sent, assert_per_key_order, consumed_all, stored_twice, Events};
 use common::load::Load;
 use common::outbox::{Row, TestOutbox};
 use common::relay::{RelayOptions, RelayProcess};
@@ -23,25 +23,39 @@ use outbox_relay::ProcessStats;
 /// One disruption at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn broker_pid_file() -> PathBuf {
+/// The stack's brokers, by the name of their pid file in its state directory.
+const BROKER_A: &str = "broker";
+const BROKER_B: &str = "broker-b";
+
+fn stack_path(name: &str) -> PathBuf {
     let state =
         std::env::var("OUTBOX_RELAY_TEST_STACK").expect("OUTBOX_RELAY_TEST_STACK (eval \"$(scripts/stack env)\")");
-    PathBuf::from(state).join("broker.pid")
+    PathBuf::from(state).join(name)
 }
 
 fn process_alive(pid: &str) -> bool {
     Command::new("kill").args(["-0", pid]).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success())
 }
 
-async fn stop_broker() {
-    let pid = std::fs::read_to_string(broker_pid_file()).expect("broker pid file").trim().to_owned();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
-    eventually("the broker process to exit", Duration::from_secs(30), || async {
+/// Sends `signal` to a broker of the stack and waits until it has exited.
+async fn end_broker(broker: &str, signal: &str) {
+    let pid_file = stack_path(&format!("{broker}.pid"));
+    let pid = std::fs::read_to_string(&pid_file).expect("broker pid file").trim().to_owned();
+    assert!(Command::new("kill").args([signal, &pid]).status().expect("kill").success());
+    eventually(&format!("{broker} to exit"), Duration::from_secs(30), || async {
         (!process_alive(&pid)).then_some(())
     })
     .await;
 }
 
+/// The whole cluster down: every broker stopped.
+async fn stop_broker() {
+    end_broker(BROKER_B, "-TERM").await;
+    end_broker(BROKER_A, "-TERM").await;
+}
+
+/// Starts whatever broker of the stack is not running, and waits until both are
+/// registered and take a test send.
 fn start_broker() {
     let stack = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/stack");
     let status = Command::new(stack).arg("up").status().expect("run scripts/stack up");
@@ -272,12 +286,19 @@ async fn a_binlog_purged_while_the_relay_is_stopped_is_reported_swept_and_nothin
     collector.shutdown().await;
 }
 
-/// Starts the broker again when dropped, even when the test failed.
+/// Starts every broker again when dropped, even when the test failed.
 struct BrokerOutage;
 
 impl BrokerOutage {
+    /// The whole cluster stopped.
     async fn begin() -> Self {
         stop_broker().await;
+        BrokerOutage
+    }
+
+    /// One broker killed (SIGKILL), the others up.
+    async fn killed(broker: &str) -> Self {
+        end_broker(broker, "-KILL").await;
         BrokerOutage
     }
 }
@@ -286,6 +307,140 @@ impl Drop for BrokerOutage {
     fn drop(&mut self) {
         start_broker();
     }
+}
+
+/// One broker of the two down for 30 s under load on 50 keys: the keys of the other
+/// broker's queues keep flowing; a relay killed and restarted meanwhile starts from its
+/// pinned layout, says which broker it waits for, and holds only that broker's queues;
+/// once the broker is back it is used within 5 s and everything arrives, in per-key
+/// order, nothing FAILED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_broker_down_holds_only_its_queues_even_across_a_relay_restart() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "broker_b_down").await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("broker_b_consumer")).await;
+    let options = RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 1_000);
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    let load = Load::started(&outbox, &events, 50, 100).await;
+    let held_lanes = r#"relay_broker_held_lanes{broker="broker-b"}"#;
+
+    let outage = BrokerOutage::killed(BROKER_B).await;
+    let down_since = tokio::time::Instant::now();
+    relay.wait_readiness_with(false, "broker broker-b", Duration::from_secs(20)).await;
+    let sent_then = outbox.count_status(RowStatus::Sent).await;
+    eventually("100 more rows SENT while broker-b is down", Duration::from_secs(20), || async {
+        (outbox.count_status(RowStatus::Sent).await >= sent_then + 100).then_some(())
+    })
+    .await;
+    assert!(relay.metric(held_lanes) > 0.0, "the held lanes are counted under broker-b");
+
+    relay.kill();
+    let mut relay = RelayProcess::start(&stack, &options);
+    let body = relay.wait_readiness_with(false, "broker broker-b", Duration::from_secs(60)).await;
+    assert!(body.contains(r#""role":"leader""#), "the restarted relay leads and names the broker: {body}");
+    let sent_then = outbox.count_status(RowStatus::Sent).await;
+    eventually("the restarted relay sends to broker-a", Duration::from_secs(30), || async {
+        (outbox.count_status(RowStatus::Sent).await >= sent_then + 50).then_some(())
+    })
+    .await;
+    assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "a row FAILED while broker-b was down");
+
+    // The outage lasts 30 s in all; the broker is back once it has registered again.
+    tokio::time::sleep_until(down_since + Duration::from_secs(30)).await;
+    drop(outage);
+    let back = tokio::time::Instant::now();
+    eventually("broker-b's lanes sending again", Duration::from_secs(30), || async {
+        (relay.metric(held_lanes) == 0.0).then_some(())
+    })
+    .await;
+    let resumed = back.elapsed();
+    println!("broker-b used again {:.2} s after it registered", resumed.as_secs_f64());
+    assert!(resumed < Duration::from_secs(5), "broker-b was used only {resumed:?} after its return");
+
+    let written = load.finish().await;
+    all_sent(&outbox, written, Duration::from_secs(120)).await;
+    assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "no row FAILED");
+    relay.wait_readiness(true, Duration::from_secs(30)).await;
+    let deliveries = consumed_all(&collector, &events, written, Duration::from_secs(120)).await;
+    assert_per_key_order(&stack, &events.topic, &deliveries).await;
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
+
+/// The replica's SQL thread stopped, started again when dropped (even when the test failed).
+struct ReplicaStopped;
+
+impl ReplicaStopped {
+    fn begin() -> Self {
+        replica_sql("STOP SLAVE SQL_THREAD");
+        ReplicaStopped
+    }
+}
+
+impl Drop for ReplicaStopped {
+    fn drop(&mut self) {
+        replica_sql("START SLAVE SQL_THREAD");
+    }
+}
+
+/// Runs `statement` as root on the replica the relay reads.
+fn replica_sql(statement: &str) {
+    let socket = stack_path("replica/mariadb.sock");
+    let status = Command::new("mariadb")
+        .args(["--no-defaults", "-uroot", "-S"])
+        .arg(&socket)
+        .args(["-e", statement])
+        .status()
+        .expect("run the mariadb client");
+    assert!(status.success(), "{statement} on the replica failed");
+}
+
+/// The replica stops applying for twice the takeover delay under load. Its binlog
+/// stream stays open and idle, so nothing says the binlog path passed the rows the
+/// primary committed meanwhile: the sweep waits instead of publishing them ahead of
+/// the binlog path, readiness and the replica lag metric say why, and once the
+/// replica applies again every event is published once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_stops_applying_delays_events_and_never_doubles_them() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "replica_stop").await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("replica_stop_consumer")).await;
+    let takeover_after = Duration::from_secs(6);
+    let options = RelayOptions::new(outbox.name())
+        .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 2_000)
+        .env("OUTBOX_RELAY__SWEEP__TAKEOVER_AFTER_MS", takeover_after.as_millis())
+        .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 1_000);
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    let load = Load::started(&outbox, &events, 20, 50).await;
+
+    let stopped = ReplicaStopped::begin();
+    let since = tokio::time::Instant::now();
+    let body = relay.wait_readiness_with(false, "behind its primary", Duration::from_secs(30)).await;
+    assert!(body.contains("replication is stopped"), "/readyz names the cause: {body}");
+    let lag = eventually("the replica lag metric past the takeover delay", takeover_after * 3, || async {
+        let lag = relay.metric("relay_source_replica_lag_seconds");
+        (lag >= takeover_after.as_secs_f64()).then_some(lag)
+    })
+    .await;
+    println!("replica lag metric {lag:.1} s while the SQL thread is stopped");
+    tokio::time::sleep_until(since + takeover_after * 2).await;
+    drop(stopped);
+
+    let written = load.finish().await;
+    all_sent(&outbox, written, Duration::from_secs(120)).await;
+    relay.wait_readiness(true, Duration::from_secs(60)).await;
+    let deliveries = consumed_all(&collector, &events, written, Duration::from_secs(120)).await;
+    let doubled = stored_twice(&deliveries);
+    assert!(doubled.is_empty(), "{} events published twice, e.g. {:?}", doubled.len(), doubled.first());
+    assert_per_key_order(&stack, &events.topic, &deliveries).await;
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -341,16 +496,17 @@ async fn a_broker_outage_longer_than_the_retry_budget_fails_nothing_and_keeps_ev
     collector.shutdown().await;
 }
 
-/// Removes `topic` from the stopped broker's stored topic table, so it starts without it.
+/// Removes `topic` from every stopped broker's stored topic table, so they start without it.
 fn forget_topic(topic: &str) {
-    let state = std::env::var("OUTBOX_RELAY_TEST_STACK").expect("OUTBOX_RELAY_TEST_STACK");
-    let path = PathBuf::from(state).join("rocketmq/store/config/topics.json");
-    let text = std::fs::read_to_string(&path).expect("the broker's topics.json");
-    let mut table: serde_json::Value = serde_json::from_str(&text).expect("topics.json is JSON");
-    let removed = table["topicConfigTable"].as_object_mut().and_then(|t| t.remove(topic));
-    assert!(removed.is_some(), "{topic} was in the broker's topic table");
-    std::fs::write(&path, table.to_string()).expect("write topics.json");
-    let _ = std::fs::remove_file(path.with_extension("json.bak"));
+    for broker in ["broker-a", "broker-b"] {
+        let path = stack_path(&format!("rocketmq/store-{broker}/config/topics.json"));
+        let text = std::fs::read_to_string(&path).expect("the broker's topics.json");
+        let mut table: serde_json::Value = serde_json::from_str(&text).expect("topics.json is JSON");
+        let removed = table["topicConfigTable"].as_object_mut().and_then(|t| t.remove(topic));
+        assert!(removed.is_some(), "{topic} was in {broker}'s topic table");
+        std::fs::write(&path, table.to_string()).expect("write topics.json");
+        let _ = std::fs::remove_file(path.with_extension("json.bak"));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -383,7 +539,7 @@ async fn a_configured_topic_deleted_under_load_is_held_and_flows_again_once_crea
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
-    outbox_relay::admin::create_topic(&stack.namesrv, "DefaultCluster", &events.topic, 8)
+    outbox_relay::admin::create_topic(&stack.namesrv, "DefaultCluster", &events.topic, 8, None)
         .await
         .expect("create the topic again");
     let written = load.finish().await;

@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::collector::Collector;
-use common::events::{all_sent, consumed_all, Events};
+use common::events::{all_sent, assert_per_key_order, consumed_all, Events};
 use common::load::Load;
 use common::outbox::TestOutbox;
 use common::relay::{RelayOptions, RelayProcess};
@@ -57,24 +57,6 @@ fn quick_sweep(outbox: &TestOutbox) -> RelayOptions {
         .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 500)
 }
 
-async fn id_of(outbox: &TestOutbox, event_id: &str) -> u64 {
-    let mut conn = outbox.pool.get_conn().await.expect("conn");
-    let id: Option<u64> = conn
-        .exec_first(format!("SELECT id FROM {} WHERE event_id = ?", outbox.table.qualified()), (event_id,))
-        .await
-        .expect("id");
-    id.expect("the row exists")
-}
-
-async fn status_of(outbox: &TestOutbox, id: u64) -> u8 {
-    let mut conn = outbox.pool.get_conn().await.expect("conn");
-    let status: Option<u8> = conn
-        .exec_first(format!("SELECT status FROM {} WHERE id = ?", outbox.table.qualified()), (id,))
-        .await
-        .expect("status");
-    status.expect("the row exists")
-}
-
 /// The audit rows about `outbox`'s row `id`: (operator, reason, action, old, new).
 async fn audit_of(outbox: &TestOutbox, id: u64) -> Vec<(String, String, String, String, String)> {
     let mut conn = outbox.pool.get_conn().await.expect("conn");
@@ -95,7 +77,7 @@ async fn requeue_sends_a_failed_row_again_is_audited_and_a_second_call_changes_n
     relay.wait_ready().await;
     outbox.insert_tx(&events.rows("k", 0..3)).await;
     all_sent(&outbox, 3, Duration::from_secs(60)).await;
-    let (first, second) = (id_of(&outbox, &events.id("k", 0)).await, id_of(&outbox, &events.id("k", 1)).await);
+    let (first, second) = (outbox.id_of(&events.id("k", 0)).await, outbox.id_of(&events.id("k", 1)).await);
     outbox
         .exec(&format!(
             "UPDATE {} SET status = 3, last_error = 'broker said no' WHERE id IN ({first}, {second})",
@@ -114,7 +96,7 @@ async fn requeue_sends_a_failed_row_again_is_audited_and_a_second_call_changes_n
         &["requeue", "--id", &first.to_string(), "--operator", "alice", "--reason", "INC-42", "--dry-run"],
     ));
     assert!(dry.contains("dry run: would requeue 1 rows"), "{dry}");
-    assert_eq!(status_of(&outbox, first).await, RowStatus::Failed.code(), "a dry run changes nothing");
+    assert_eq!(outbox.status_of(first).await, RowStatus::Failed.code(), "a dry run changes nothing");
     assert!(audit_of(&outbox, first).await.is_empty(), "and audits nothing");
 
     let done = stdout(&cli(
@@ -131,7 +113,7 @@ async fn requeue_sends_a_failed_row_again_is_audited_and_a_second_call_changes_n
         "who, why, what before and after"
     );
     eventually("the requeued row SENT again", Duration::from_secs(60), || async {
-        (status_of(&outbox, first).await == RowStatus::Sent.code()).then_some(())
+        (outbox.status_of(first).await == RowStatus::Sent.code()).then_some(())
     })
     .await;
     let again = stdout(&cli(
@@ -141,7 +123,7 @@ async fn requeue_sends_a_failed_row_again_is_audited_and_a_second_call_changes_n
     ));
     assert!(again.contains("nothing to do"), "{again}");
     assert_eq!(audit_of(&outbox, first).await.len(), 1, "a repeated call writes no audit row");
-    assert_eq!(status_of(&outbox, second).await, RowStatus::Failed.code(), "only the given row was requeued");
+    assert_eq!(outbox.status_of(second).await, RowStatus::Failed.code(), "only the given row was requeued");
     assert_eq!(relay.stop(), Some(0));
 }
 
@@ -158,9 +140,9 @@ async fn skip_releases_a_held_key_and_a_second_call_changes_nothing() {
     let mut poison = events.row("k", 0);
     poison.payload = format!(r#"{{"pad":"{}"}}"#, "x".repeat(2_048));
     outbox.insert_tx(&[poison]).await;
-    let poisoned = id_of(&outbox, &events.id("k", 0)).await;
+    let poisoned = outbox.id_of(&events.id("k", 0)).await;
     eventually("the oversized row FAILED", Duration::from_secs(60), || async {
-        (status_of(&outbox, poisoned).await == RowStatus::Failed.code()).then_some(())
+        (outbox.status_of(poisoned).await == RowStatus::Failed.code()).then_some(())
     })
     .await;
     outbox.insert_tx(&events.rows("k", 1..4)).await;
@@ -195,9 +177,160 @@ async fn skip_releases_a_held_key_and_a_second_call_changes_nothing() {
         &["skip", "--id", &poisoned.to_string(), "--operator", "bob", "--reason", "bad payload"],
     ));
     assert!(again.contains("nothing to do"), "{again}");
-    assert_eq!(status_of(&outbox, poisoned).await, RowStatus::Skipped.code());
+    assert_eq!(outbox.status_of(poisoned).await, RowStatus::Skipped.code());
     assert_eq!(audit_of(&outbox, poisoned).await.len(), 1);
     assert_eq!(relay.stop(), Some(0));
+}
+
+/// What holds a key in [`held_key_across_a_crash`], and how it is released.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Blocker {
+    /// An oversized event FAILED (hold policy), then skipped.
+    FailedThenSkipped,
+    /// An oversized event FAILED (hold policy), then made smaller and requeued.
+    FailedThenRequeued,
+    /// A retry booked for later (as a lane books it after an unknown error), which
+    /// comes due.
+    BookedRetry,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_held_behind_a_failed_event_stays_held_across_a_crash_and_flows_within_5_s_of_a_skip() {
+    held_key_across_a_crash(Blocker::FailedThenSkipped, "hold").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_held_behind_a_failed_event_stays_held_across_a_crash_and_flows_within_5_s_of_a_requeue() {
+    held_key_across_a_crash(Blocker::FailedThenRequeued, "hold").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_behind_a_booked_retry_stays_held_across_a_crash_under_hold() {
+    held_key_across_a_crash(Blocker::BookedRetry, "hold").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_behind_a_booked_retry_stays_held_across_a_crash_under_continue() {
+    held_key_across_a_crash(Blocker::BookedRetry, "continue").await;
+}
+
+/// How long a booked retry waits in [`held_key_across_a_crash`]: past the restart.
+const BOOKED_RETRY: Duration = Duration::from_secs(40);
+
+/// A key blocked by its first event, later events of it left behind, the relay killed
+/// (SIGKILL) and started again, one more event of the key after the restart: none of
+/// the later events is sent while the first one blocks, though another key flows;
+/// once it is released they all arrive, in order, within 5 s. The sweep keeps its
+/// slow defaults (a 60 s grace), so only the release can make them flow that fast.
+async fn held_key_across_a_crash(blocker: Blocker, policy: &str) {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "held").await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("held_consumer")).await;
+    let options = RelayOptions::new(outbox.name())
+        .env("OUTBOX_RELAY__ROCKETMQ__MAX_MESSAGE_BYTES", 1_024)
+        .env("OUTBOX_RELAY__RETRY__FAILED_KEY_POLICY", policy)
+        .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 1_000);
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    let head = block_key(&outbox, &events, blocker).await;
+    if blocker == Blocker::BookedRetry {
+        book_retry(&outbox, head).await;
+        eventually("the key held behind its booked retry", Duration::from_secs(30), || async {
+            (relay.metric("relay_held_keys") >= 1.0).then_some(())
+        })
+        .await;
+    }
+    outbox.insert_tx(&events.rows("k", 1..4)).await;
+    outbox.insert_tx(&events.rows("other", 0..2)).await;
+    let sent_before = outbox.count_status(RowStatus::Sent).await;
+    eventually("the other key's rows SENT", Duration::from_secs(60), || async {
+        (outbox.count_status(RowStatus::Sent).await == sent_before + 2).then_some(())
+    })
+    .await;
+
+    relay.kill();
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    outbox.insert_tx(&[events.row("k", 4), events.row("other", 2)]).await;
+    eventually("the other key's row after the restart SENT", Duration::from_secs(60), || async {
+        (outbox.count_status(RowStatus::Sent).await == sent_before + 3).then_some(())
+    })
+    .await;
+    for seq in 1..5 {
+        let id = outbox.id_of(&events.id("k", seq)).await;
+        assert_eq!(outbox.status_of(id).await, RowStatus::Pending.code(), "k-{seq} waits behind the blocked event");
+    }
+
+    let released = release(&stack, &outbox, head, blocker).await;
+    let within = Duration::from_secs(5).saturating_sub(released.elapsed());
+    eventually("the held key's events SENT within 5 s of the release", within, || async {
+        let mut sent = 0;
+        for seq in 1..5 {
+            sent +=
+                usize::from(outbox.status_of(outbox.id_of(&events.id("k", seq)).await).await == RowStatus::Sent.code());
+        }
+        (sent == 4).then_some(())
+    })
+    .await;
+    let expected = if blocker == Blocker::FailedThenSkipped { 7 } else { 8 };
+    let deliveries = consumed_all(&collector, &events, expected, Duration::from_secs(60)).await;
+    assert_per_key_order(&stack, &events.topic, &deliveries).await;
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
+
+/// Makes `k`'s first event the one its key waits behind; its id. A FAILED one fails
+/// for good at once (over the 1 KiB limit); for a booked retry it is sent first, and
+/// the retry is booked on it afterwards.
+async fn block_key(outbox: &TestOutbox, events: &Events, blocker: Blocker) -> u64 {
+    let mut head = events.row("k", 0);
+    if blocker != Blocker::BookedRetry {
+        head.payload = format!(r#"{{"pad":"{}"}}"#, "x".repeat(2_048));
+    }
+    outbox.insert_tx(&[head]).await;
+    let id = outbox.id_of(&events.id("k", 0)).await;
+    let settled = if blocker == Blocker::BookedRetry { RowStatus::Sent } else { RowStatus::Failed };
+    eventually("the key's first event settled", Duration::from_secs(60), || async {
+        (outbox.status_of(id).await == settled.code()).then_some(())
+    })
+    .await;
+    id
+}
+
+/// Books a retry of row `id` as a lane does after an unknown error (PENDING, one more
+/// retry, due later), as if its send had failed.
+async fn book_retry(outbox: &TestOutbox, id: u64) {
+    outbox
+        .exec(&format!(
+            "UPDATE {} SET status = 0, retry_count = retry_count + 1, msg_id = NULL, sent_at = NULL, \
+             last_error = 'injected: an unknown send failure', next_retry_at = NOW(3) + INTERVAL {} SECOND WHERE id = {id}",
+            outbox.table.qualified(),
+            BOOKED_RETRY.as_secs()
+        ))
+        .await;
+}
+
+/// Releases the key: skips or fixes and requeues the FAILED event, or waits for the
+/// booked retry to come due and be delivered. When the release happened.
+async fn release(stack: &Stack, outbox: &TestOutbox, head: u64, blocker: Blocker) -> tokio::time::Instant {
+    let by = ["--operator", "carol", "--reason", "INC-7"];
+    match blocker {
+        Blocker::FailedThenSkipped => {
+            cli(stack, outbox, &[&["skip", "--id", &head.to_string()][..], &by].concat());
+        }
+        Blocker::FailedThenRequeued => {
+            outbox.exec(&format!("UPDATE {} SET payload = '{{}}' WHERE id = {head}", outbox.table.qualified())).await;
+            cli(stack, outbox, &[&["requeue", "--id", &head.to_string()][..], &by].concat());
+        }
+        Blocker::BookedRetry => {
+            eventually("the booked retry delivered", BOOKED_RETRY * 3, || async {
+                (outbox.status_of(head).await == RowStatus::Sent.code()).then_some(())
+            })
+            .await;
+        }
+    }
+    tokio::time::Instant::now()
 }
 
 /// Ages the first 25 rows "old" 0..30 (all SENT): 20 delivered 8 days ago, 3 FAILED

@@ -232,3 +232,75 @@ async fn sigterm_under_load(settings: &[(&str, &str)]) {
     assert_eq!(relay.stop(), Some(0));
     producer.shutdown().await;
 }
+
+/// A relay whose sweep picks up a row left PENDING within about a second.
+fn quick_sweep(options: RelayOptions) -> RelayOptions {
+    options.env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 300).env("OUTBOX_RELAY__SWEEP__GRACE_MS", 500)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_back_that_changes_a_row_fewer_is_reported_and_the_row_published_once_more_in_binlog_mode() {
+    short_write_back(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_back_that_changes_a_row_fewer_gives_the_claim_back_at_once_in_poll_mode() {
+    short_write_back(&[("OUTBOX_RELAY__MODE", "poll")]).await;
+}
+
+/// The first SENT write-back leaves its first row out (a test hook), so it changes one
+/// row fewer than it was given: the miss is counted and logged with the row's id, and
+/// the row is published once more at most: still PENDING in binlog mode, and in poll
+/// mode the live leader's own claim, put back to PENDING within a second rather than
+/// left SENDING until the term ends.
+async fn short_write_back(settings: &[(&str, &str)]) {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "short_write").await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("short_write_consumer")).await;
+    let options = settings
+        .iter()
+        .fold(quick_sweep(RelayOptions::new(outbox.name())), |o, (k, v)| o.env(k, v))
+        .env("OUTBOX_RELAY_FAULT_SENT_WRITE_SHORT_AT", 1);
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    outbox.insert_tx(&events.rows("k", 0..10)).await;
+    all_sent(&outbox, 10, Duration::from_secs(60)).await;
+    assert_eq!(relay.metric(r#"relay_write_misses_total{miss="sent_unchanged"}"#), 1.0, "the miss is counted");
+    let first = outbox.id_of(&events.id("k", 0)).await;
+    assert!(relay.log_text().contains(&format!("ids=[{first}")), "the miss is logged with the batch's ids");
+    let deliveries = consumed_all(&collector, &events, 10, Duration::from_secs(60)).await;
+    let counts = delivery_counts(&deliveries);
+    assert!(counts.values().all(|&n| n <= 2), "an event published more than once more: {counts:?}");
+    assert_eq!(outbox.count_status(RowStatus::Sending).await, 0, "no row left SENDING");
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
+
+/// A SENT write-back that panics (a test hook) is a bug like any panicking task: the
+/// relay names the rows and stops with exit code 1; after a restart every row is SENT
+/// and no event was published more than once more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_back_that_panics_names_its_rows_and_stops_the_relay_and_a_restart_loses_nothing() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let events = Events::new(&stack, "panicked_write").await;
+    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("panicked_write_consumer")).await;
+    let options = quick_sweep(RelayOptions::new(outbox.name()));
+    let mut relay = RelayProcess::start(&stack, &options.clone().env("OUTBOX_RELAY_FAULT_SENT_WRITE_PANIC_AT", 1));
+    relay.wait_ready().await;
+    outbox.insert_tx(&events.rows("k", 0..10)).await;
+    assert_eq!(relay.wait_exit(Duration::from_secs(60)).await, Some(1), "a panic is exit code 1");
+    let first = outbox.id_of(&events.id("k", 0)).await;
+    let log = relay.log_text();
+    assert!(log.contains("a SENT write-back panicked") && log.contains(&format!("ids=[{first}")), "{log}");
+
+    let mut relay = RelayProcess::start(&stack, &options);
+    relay.wait_ready().await;
+    all_sent(&outbox, 10, Duration::from_secs(60)).await;
+    let deliveries = consumed_all(&collector, &events, 10, Duration::from_secs(60)).await;
+    let counts = delivery_counts(&deliveries);
+    assert!(counts.values().all(|&n| n <= 2), "an event published more than once more: {counts:?}");
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}

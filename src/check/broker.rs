@@ -62,7 +62,7 @@ pub(super) async fn findings(config: &Config) -> Vec<Finding> {
                     Group::Broker,
                     name,
                     format!("{live} writable queues, but rocketmq.topics.{topic}.queue_count is {count}"),
-                    format!("give the topic {count} writable queues, or fix rocketmq.topics.{topic}.queue_count (the relay routes by hash % the pinned count and refuses another live count)"),
+                    format!("start the brokers of the cluster that are down (the route leaves out their queues), or give the topic {count} writable queues; do not change queue_count to match a topic in use (the relay routes by hash % the pinned count: keys would move to other queues)"),
                 )
             }
             Ok(Err(error)) => {

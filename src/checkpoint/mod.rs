@@ -1,5 +1,5 @@
 //! The relay's durable position: where in the source's binlog it may resume, and the
-//! pinned queue counts that routing depends on.
+//! pinned queue counts and layouts that routing depends on.
 //!
 //! Written only to a transaction boundary whose events, and all earlier ones, are
 //! acknowledged (see `ack`), in one synced RocksDB write: a crash resumes at or
@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::rocketmq::QueueLayout;
 use crate::source::binlog::GtidState;
 use crate::source::BinlogPosition;
 
@@ -29,6 +30,11 @@ pub struct Checkpoint {
     pub server_identity: String,
     /// Pinned queue count per topic; routing must never change under a running fleet.
     pub queue_counts: BTreeMap<String, u32>,
+    /// Pinned queue layout per topic once it was first used: which broker and queue id
+    /// each routing index is, so a start while a broker is down knows its queues.
+    /// Checkpoints written before layouts were pinned have none.
+    #[serde(default)]
+    pub queue_layouts: BTreeMap<String, QueueLayout>,
 }
 
 impl Checkpoint {

@@ -360,7 +360,7 @@ impl Positions {
         Ok(Plan { before, after, lease, leading, outcome, target: self.target() })
     }
 
-    /// The checkpoint at `to`, carrying over the server and pinned queue counts of
+    /// The checkpoint at `to`, carrying over the server and pinned queue counts and layouts of
     /// `current` (the configured pins when there is none).
     fn checkpoint_at(&self, to: &NewPosition, current: Option<&Checkpoint>) -> Result<Checkpoint, PositionError> {
         let position = match to {
@@ -377,7 +377,8 @@ impl Positions {
             (None, NewPosition::File { .. }) => return Err(PositionError::NoServer),
         };
         let queue_counts = current.map_or_else(|| self.pins.clone(), |c| c.queue_counts.clone());
-        Ok(Checkpoint { position, server_identity, queue_counts })
+        let queue_layouts = current.map(|c| c.queue_layouts.clone()).unwrap_or_default();
+        Ok(Checkpoint { position, server_identity, queue_counts, queue_layouts })
     }
 
     /// The mirror row, as the audit row names it.

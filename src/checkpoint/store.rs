@@ -124,6 +124,10 @@ mod tests {
             },
             server_identity: "1@db".into(),
             queue_counts: BTreeMap::from([("t-order-event".to_owned(), 8)]),
+            queue_layouts: BTreeMap::from([(
+                "t-order-event".to_owned(),
+                serde_json::from_str(r#"{"broker-a":[0,1,2,3],"broker-b":[0,1,2,3]}"#).expect("layout"),
+            )]),
         }
     }
 
@@ -139,6 +143,15 @@ mod tests {
         assert_eq!(store.load().expect("load"), Some(sample()));
         drop(store);
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_checkpoint_written_before_layouts_were_pinned_loads_without_them() {
+        let mut json = serde_json::to_value(sample()).expect("json");
+        json.as_object_mut().expect("an object").remove("queue_layouts");
+        let old: Checkpoint = serde_json::from_value(json).expect("the older format");
+        assert!(old.queue_layouts.is_empty());
+        assert_eq!(old.queue_counts, sample().queue_counts);
     }
 
     #[test]

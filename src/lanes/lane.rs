@@ -13,13 +13,16 @@
 //!   until the bad events are alone; each fails by itself, the others go out;
 //! - unknown: binlog events are retried in place with exponential backoff and fail
 //!   after `max_retry` retries; swept rows book their retry in the table instead, so
-//!   one bad row cannot hold its queue.
+//!   one bad row cannot hold its queue. An unknown answer of the broker that no queue
+//!   of that broker has got past since the batch began failing is the broker's
+//!   trouble, not the event's: it is held like an outage.
 //!
 //! With `failed_key_policy = "hold"`, an event whose key has a FAILED event is not
 //! sent: it stays PENDING until an operator releases the key. Every event ends in
 //! exactly one report.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,6 +93,39 @@ pub struct Lane {
     pub held: HeldKeys,
     /// The leader term this lane sends under: checked before every send.
     pub term: Term,
+    /// Whether an outage holds this lane now, counted in its broker's gauge.
+    pub outage: OutageFlag,
+}
+
+/// A lane held by an outage, counted once in its broker's gauge of held lanes until
+/// a send is confirmed again (or the lane ends).
+pub struct OutageFlag {
+    on: AtomicBool,
+    held_lanes: Gauge,
+}
+
+impl OutageFlag {
+    pub fn new(held_lanes: Gauge) -> Self {
+        Self { on: AtomicBool::new(false), held_lanes }
+    }
+
+    fn begin(&self) {
+        if !self.on.swap(true, Ordering::Relaxed) {
+            self.held_lanes.inc();
+        }
+    }
+
+    fn end(&self) {
+        if self.on.swap(false, Ordering::Relaxed) {
+            self.held_lanes.dec();
+        }
+    }
+}
+
+impl Drop for OutageFlag {
+    fn drop(&mut self) {
+        self.end();
+    }
 }
 
 /// How one attempt at a part of a batch ended.
@@ -221,6 +257,7 @@ impl Lane {
         };
         let mut outages = 0u32;
         let mut unknown = 0u32;
+        let failing_since = std::time::Instant::now();
         loop {
             if !self.term.is_current() {
                 // Deposed: another instance may publish now; these events stay unacknowledged.
@@ -233,8 +270,9 @@ impl Lane {
                 }
                 Err(error) => error,
             };
-            self.metrics.retry(error.class());
-            let go_on = match error.class() {
+            let class = error.class_on_broker(self.publisher.confirmed_since(self.queue.broker_name(), failing_since));
+            self.metrics.retry(class);
+            let go_on = match class {
                 ErrorClass::Event => return self.event_failure(part, &error).await,
                 ErrorClass::Outage => {
                     outages += 1;
@@ -251,7 +289,8 @@ impl Lane {
                         self.health.problem(
                             self.part(),
                             format!(
-                                "broker: sends to {} queue {} fail for an unknown reason (retry {unknown} of {}): {error}",
+                                "broker {}: sends to {} queue {} fail for an unknown reason (retry {unknown} of {}): {error}",
+                                self.queue.broker_name(),
                                 self.queue.topic(),
                                 self.queue.queue_id(),
                                 self.settings.max_retry
@@ -274,7 +313,8 @@ impl Lane {
         let sent = self.publisher.send(&self.queue, batch).await;
         self.metrics.sent_batch(send_status(&sent), started.elapsed());
         sent?;
-        self.publisher.confirmed();
+        self.publisher.confirmed(self.queue.broker_name());
+        self.outage.end();
         self.health.clear(&self.part());
         fault::lane_sent(events);
         Ok(())
@@ -287,16 +327,18 @@ impl Lane {
         if error.unreachable() {
             self.publisher.unreachable();
         }
+        self.outage.begin();
         self.health.problem(
             self.part(),
             format!(
-                "broker: sends to {} queue {} are not confirmed (held, retrying): {error}",
+                "broker {}: sends to {} queue {} are not confirmed (held, retrying): {error}",
+                self.queue.broker_name(),
                 self.queue.topic(),
                 self.queue.queue_id()
             ),
         );
         if attempt % 50 == 1 {
-            tracing::warn!(queue = self.queue.queue_id(), topic = %self.queue.topic(), attempt, %error, "broker cannot take the batch now; holding it and retrying");
+            tracing::warn!(broker = %self.queue.broker_name(), queue = self.queue.queue_id(), topic = %self.queue.topic(), attempt, %error, "broker cannot take the batch now; holding it and retrying");
         }
         tokio::select! {
             () = tokio::time::sleep(OUTAGE_PROBE.delay(attempt)) => true,
@@ -336,7 +378,7 @@ impl Lane {
 
     /// This lane's name in the health record.
     fn part(&self) -> Part {
-        Part::Lane(self.queue.topic().to_string(), self.queue.queue_id())
+        Part::Lane(self.queue.topic().to_string(), self.queue.broker_name().to_string(), self.queue.queue_id())
     }
 
     /// Swept rows after an attempt that failed for an unknown reason: each goes back

@@ -19,8 +19,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::outcome::{LaneEvent, LaneReport, Outcome};
 use crate::backoff::Backoff;
-use crate::metrics::{FailReason, Path, RelayMetrics};
+use crate::metrics::{FailReason, Path, RelayMetrics, WriteMiss};
 use crate::store::{ClaimStore, RowKey, StatusStore};
+
+/// Row ids a log line names at most.
+const IDS_LOGGED: usize = 20;
 
 /// The lanes' way to record outcomes; cheap to clone.
 #[derive(Clone)]
@@ -67,26 +70,29 @@ impl Recorder {
     }
 
     /// Writes FAILED with `detail` (why, in words), then reports. `false` when shut down first.
+    /// Only the rows the mark changed count as FAILED; the others (already SENT or
+    /// SKIPPED, no longer this relay's, or its leader term ended) are logged and counted
+    /// as a miss.
     pub async fn fail(&self, events: &[LaneEvent], reason: FailReason, detail: &str) -> bool {
         let rows = rows(events);
-        if !self.until_recorded("FAILED", || self.status.mark_failed(&rows, detail)).await {
+        let Some(changed) = self.until_recorded("FAILED", || self.status.mark_failed(&rows, detail)).await else {
             return false;
+        };
+        let changed = usize::try_from(changed).unwrap_or(usize::MAX).min(rows.len());
+        self.metrics.failed(reason, changed);
+        let ids: Vec<u64> = rows.iter().take(IDS_LOGGED).map(|r| r.id).collect();
+        tracing::error!(events = changed, ?ids, reason = detail, "events marked {}", RowStatus::Failed);
+        if changed < rows.len() {
+            self.metrics.write_missed(WriteMiss::FailedUnchanged, rows.len() - changed);
+            tracing::warn!(unchanged = rows.len() - changed, ?ids, "a FAILED mark changed fewer rows than it was given: they were SENT or SKIPPED already, are no longer this relay's, or its leader term ended");
         }
-        self.metrics.failed(reason, events.len());
-        tracing::error!(
-            events = rows.len(),
-            first_id = rows.first().map(|r| r.id).unwrap_or_default(),
-            reason = detail,
-            "events marked {}",
-            RowStatus::Failed
-        );
         self.report(events, Outcome::Failed)
     }
 
     /// Puts claimed rows back to PENDING, due again in `delay`, then reports.
     pub async fn defer(&self, events: &[LaneEvent], delay: Duration, reason: &str) -> bool {
         let rows = rows(events);
-        self.until_recorded("a retry", || self.claims.reschedule(&rows, delay, reason)).await
+        self.until_recorded("a retry", || self.claims.reschedule(&rows, delay, reason)).await.is_some()
             && self.report(events, Outcome::Deferred)
     }
 
@@ -94,7 +100,8 @@ impl Recorder {
     /// events are PENDING already), then reports.
     pub async fn hold(&self, events: &[LaneEvent]) -> bool {
         let claimed: Vec<RowKey<'_>> = events.iter().filter(|e| e.swept()).map(LaneEvent::row).collect();
-        (claimed.is_empty() || self.until_recorded("a released claim", || self.claims.release(&claimed)).await)
+        (claimed.is_empty()
+            || self.until_recorded("a released claim", || self.claims.release(&claimed)).await.is_some())
             && self.report(events, Outcome::Held)
     }
 
@@ -106,23 +113,27 @@ impl Recorder {
         }
     }
 
-    /// Runs `write` until the primary takes it. `false` when shut down first: nothing
-    /// is reported, so the checkpoint stays before these events.
-    async fn until_recorded<F, Fut>(&self, what: &str, mut write: F) -> bool
+    /// Runs `write` until the primary takes it; the rows it changed. `None` when shut
+    /// down first: nothing is reported, so the checkpoint stays before these events.
+    async fn until_recorded<F, Fut>(&self, what: &str, mut write: F) -> Option<u64>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<u64, mysql_async::Error>>,
     {
         let mut attempt = 0u32;
-        while let Err(error) = write().await {
-            attempt += 1;
-            let delay = self.backoff.delay(attempt);
-            tracing::error!(%error, retry_in = ?delay, "cannot record {what} on the primary; the checkpoint waits until it is recorded");
-            if !self.wait(delay).await {
-                return false;
+        loop {
+            match write().await {
+                Ok(changed) => return Some(changed),
+                Err(error) => {
+                    attempt += 1;
+                    let delay = self.backoff.delay(attempt);
+                    tracing::error!(%error, retry_in = ?delay, "cannot record {what} on the primary; the checkpoint waits until it is recorded");
+                    if !self.wait(delay).await {
+                        return None;
+                    }
+                }
             }
         }
-        true
     }
 
     fn report(&self, events: &[LaneEvent], outcome: Outcome) -> bool {

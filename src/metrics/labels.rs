@@ -121,6 +121,36 @@ impl FailReason {
 }
 label_value!(FailReason);
 
+/// Why a row of the outbox was not changed as a write meant to change it.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum WriteMiss {
+    /// A SENT write-back changed fewer rows than it was given (already SENT or
+    /// SKIPPED, no longer ours, or the leader term ended).
+    SentUnchanged,
+    /// A SENT write-back failed every attempt.
+    SentGaveUp,
+    /// A SENT write-back panicked (a bug; the relay stops).
+    SentPanicked,
+    /// A FAILED mark changed fewer rows than it was given.
+    FailedUnchanged,
+}
+
+impl WriteMiss {
+    pub const ALL: [WriteMiss; 4] =
+        [WriteMiss::SentUnchanged, WriteMiss::SentGaveUp, WriteMiss::SentPanicked, WriteMiss::FailedUnchanged];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WriteMiss::SentUnchanged => "sent_unchanged",
+            WriteMiss::SentGaveUp => "sent_gave_up",
+            WriteMiss::SentPanicked => "sent_panicked",
+            WriteMiss::FailedUnchanged => "failed_unchanged",
+        }
+    }
+}
+
+label_value!(WriteMiss);
+
 label_value!(ErrorClass);
 
 /// Which outbox status a row count is of, in lower case (`pending`, `sent`, ...).
@@ -154,15 +184,27 @@ pub struct ReasonLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MissLabel {
+    pub miss: WriteMiss,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RowStatusLabel {
     pub status: RowStatusValue,
 }
 
-/// One lane: a queue of a topic.
+/// One lane: a queue of a topic on a broker.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabel {
     pub topic: String,
+    pub broker: String,
     pub queue: u32,
+}
+
+/// A broker of the cluster, by its name.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BrokerLabel {
+    pub broker: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

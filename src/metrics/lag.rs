@@ -3,9 +3,10 @@
 //! stalled reader, a checkpoint that cannot move) instead of freezing at its last
 //! value.
 //!
-//! Two points: the source time the reader has read through (the commit time of the
-//! last transaction it read, or the arrival of a heartbeat that showed it at the end
-//! of the binlog) and the source time the saved checkpoint covers. Both are unix
+//! Two points: the source time the reader has read through (the primary's commit time
+//! of the last transaction it read: a replica that stopped applying shows as lag; an
+//! idle primary still commits the leader's lease renewals every few seconds) and the
+//! source time the saved checkpoint covers. Both are unix
 //! milliseconds; 0 means not known (poll mode, a standby, before the first read).
 //!
 //! It also keeps how far the primary's local clock reading is ahead of this host's
@@ -56,8 +57,7 @@ pub struct Ages {
 }
 
 impl LagClocks {
-    /// The reader read through `file:pos`, whose transaction committed at `unix_secs`
-    /// (or a heartbeat showed it at the end then).
+    /// The reader read through `file:pos`, whose last transaction committed at `unix_secs`.
     pub fn read_through(&self, file: &str, pos: u64, unix_secs: Option<u32>) {
         if let Some(secs) = unix_secs {
             self.read_through_ms.store(u64::from(secs) * 1000, Ordering::Relaxed);

@@ -26,9 +26,10 @@ use prometheus_client::registry::Registry;
 
 use histogram::LatencyHistogram;
 use labels::{
-    BuildLabel, ClassLabel, PathLabel, QueueLabel, ReasonLabel, RowStatusLabel, RowStatusValue, SendStatusLabel,
+    BrokerLabel, BuildLabel, ClassLabel, MissLabel, PathLabel, QueueLabel, ReasonLabel, RowStatusLabel, RowStatusValue,
+    SendStatusLabel,
 };
-pub use labels::{FailReason, Path, SendStatus};
+pub use labels::{FailReason, Path, SendStatus, WriteMiss};
 pub use lag::{unix_millis_now, Ages, LagClocks};
 
 use crate::rocketmq::ErrorClass;
@@ -53,8 +54,10 @@ pub struct RelayMetrics {
     send_status: Family<SendStatusLabel, Counter>,
     retries: Family<ClassLabel, Counter>,
     failed: Family<ReasonLabel, Counter>,
+    write_misses: Family<MissLabel, Counter>,
     outbox_rows: Family<RowStatusLabel, Gauge>,
     lane_inflight: Family<QueueLabel, Gauge>,
+    broker_held_lanes: Family<BrokerLabel, Gauge>,
     pub commit_to_ack: LatencyHistogram,
     pub route_to_ack: LatencyHistogram,
     pub send_seconds: LatencyHistogram,
@@ -91,6 +94,7 @@ impl RelayMetrics {
             [ErrorClass::Outage, ErrorClass::Event, ErrorClass::Unknown].map(|class| ClassLabel { class }),
         );
         show(&m.failed, FailReason::ALL.map(|reason| ReasonLabel { reason }));
+        show(&m.write_misses, WriteMiss::ALL.map(|miss| MissLabel { miss }));
         m.stand_down();
         m
     }
@@ -101,8 +105,10 @@ impl RelayMetrics {
             send_status: Family::default(),
             retries: Family::default(),
             failed: Family::default(),
+            write_misses: Family::default(),
             outbox_rows: Family::default(),
             lane_inflight: Family::default(),
+            broker_held_lanes: Family::default(),
             commit_to_ack: LatencyHistogram::new(&LATENCY_BUCKETS),
             route_to_ack: LatencyHistogram::new(&LATENCY_BUCKETS),
             send_seconds: LatencyHistogram::new(&LATENCY_BUCKETS),
@@ -174,6 +180,16 @@ impl RelayMetrics {
             "relay_lane_inflight",
             "Events handed to a queue's sender and not yet ended (sent, failed, deferred or held)",
             self.lane_inflight.clone(),
+        );
+        registry.register(
+            "relay_write_misses",
+            "Rows a write on the outbox was meant to change and did not, by what happened (each is logged with its ids; SENT write-backs that missed leave their rows to be published again)",
+            self.write_misses.clone(),
+        );
+        registry.register(
+            "relay_broker_held_lanes",
+            "Lanes (queues) of a broker whose sends are held now because the broker cannot take them (down, no route, refusing writes); 0 when it takes them",
+            self.broker_held_lanes.clone(),
         );
         registry.register("relay_sweep_claimed", "Rows the sweep claimed (SENDING) to publish", self.swept.clone());
         registry.register(
@@ -254,6 +270,11 @@ impl RelayMetrics {
         self.retries.get_or_create(&ClassLabel { class }).inc();
     }
 
+    /// Counts rows a write was meant to change and did not.
+    pub fn write_missed(&self, miss: WriteMiss, rows: usize) {
+        self.write_misses.get_or_create(&MissLabel { miss }).inc_by(rows as u64);
+    }
+
     /// Counts events marked FAILED.
     pub fn failed(&self, reason: FailReason, events: usize) {
         self.failed.get_or_create(&ReasonLabel { reason }).inc_by(events as u64);
@@ -271,8 +292,14 @@ impl RelayMetrics {
     }
 
     /// The in-flight gauge of one lane.
-    pub fn lane_inflight(&self, topic: &str, queue: u32) -> Gauge {
-        self.lane_inflight.get_or_create(&QueueLabel { topic: topic.to_owned(), queue }).clone()
+    pub fn lane_inflight(&self, topic: &str, broker: &str, queue: u32) -> Gauge {
+        let label = QueueLabel { topic: topic.to_owned(), broker: broker.to_owned(), queue };
+        self.lane_inflight.get_or_create(&label).clone()
+    }
+
+    /// The gauge of a broker's lanes held by an outage now.
+    pub fn broker_held_lanes(&self, broker: &str) -> Gauge {
+        self.broker_held_lanes.get_or_create(&BrokerLabel { broker: broker.to_owned() }).clone()
     }
 
     /// Row counts per status, as just measured.
@@ -316,6 +343,7 @@ impl RelayMetrics {
         }
         self.outbox_rows.clear();
         self.lane_inflight.clear();
+        self.broker_held_lanes.clear();
     }
 }
 

@@ -25,14 +25,15 @@ use crate::checkpoint::{Checkpoint, CheckpointWriter};
 use crate::config::{FailedKeyPolicy, HashFunction};
 use crate::health::{Health, Part};
 use crate::lanes::{
-    run_failing, Attempts, HeldKeys, Lane, LaneEvent, LaneInput, LaneReport, LaneSettings, Outcome, Recorder,
+    run_failing, Attempts, HeldKeys, Lane, LaneEvent, LaneInput, LaneReport, LaneSettings, OutageFlag, Outcome,
+    Recorder,
 };
 use crate::leader::Term;
-use crate::metrics::RelayMetrics;
-use crate::rocketmq::{PublishError, Publisher, PROBE_EVERY};
+use crate::metrics::{RelayMetrics, WriteMiss};
+use crate::rocketmq::{PublishError, Publisher, QueueLayout, Resolved, PROBE_EVERY};
 use crate::source::sweep::Watermark;
 use crate::source::{Admitted, BinlogPosition, InFlight, Origin};
-use crate::store::WriteBacks;
+use crate::store::{Queued, Sent, WriteBacks};
 use crate::supervise::Supervisor;
 
 /// How long the route lookup of a known topic may take when judging whether the
@@ -70,6 +71,8 @@ struct Progress {
     failed: u64,
     deferred: u64,
     held: u64,
+    /// Binlog events the sweep had already claimed during a takeover: not sent again.
+    swept_before: u64,
 }
 
 /// The binlog path's durable position (binlog mode only).
@@ -83,6 +86,8 @@ pub struct Coordinator {
     pub tracker: AckTracker<BinlogPosition, InFlight>,
     /// Queue count per topic in use (saved with the checkpoint in binlog mode).
     pub pins: BTreeMap<String, u32>,
+    /// Queue layout per topic in use (saved with the checkpoint in binlog mode).
+    pub layouts: BTreeMap<String, QueueLayout>,
     pub durable: Option<Durable>,
     pub watermark: Arc<Watermark>,
     pub checkpoint_every: Duration,
@@ -145,7 +150,7 @@ impl Coordinator {
                     Ok(())
                 }
                 admitted = inputs.source.recv() => match admitted {
-                    Some(admitted) => self.on_tx(admitted, &mut topics).await.map(|moved| dirty |= moved),
+                    Some(admitted) => self.on_tx(admitted, &mut topics, &mut progress).await.map(|moved| dirty |= moved),
                     None => break Ok(()),
                 },
             };
@@ -214,8 +219,18 @@ impl Coordinator {
     }
 
     /// Registers `tx` and routes its events. Returns whether the watermark moved.
-    async fn on_tx(&mut self, admitted: Admitted, topics: &mut Topics) -> Result<bool, RelayError> {
-        let Admitted { tx, in_flight } = admitted;
+    async fn on_tx(
+        &mut self,
+        admitted: Admitted,
+        topics: &mut Topics,
+        progress: &mut Progress,
+    ) -> Result<bool, RelayError> {
+        let Admitted { mut tx, in_flight } = admitted;
+        if !matches!(tx.origin, Origin::Sweep { .. }) {
+            let before = tx.events.len();
+            tx.events.retain(|event| !self.watermark.swept_already(event.id));
+            progress.swept_before += (before - tx.events.len()) as u64;
+        }
         let (end, failures_before) = match tx.origin {
             Origin::Binlog { end } => (Some(end), Vec::new()),
             Origin::BinlogPart => (None, Vec::new()),
@@ -259,12 +274,7 @@ impl Coordinator {
             match report.outcome {
                 Outcome::Sent(sent) => {
                     progress.sent += 1;
-                    // A full queue (the primary behind) is waited out; the writer is only
-                    // gone at shutdown, when the row stays PENDING and is sent again
-                    // later, never lost.
-                    if let Err(sent) = self.sent.try_row(sent) {
-                        let _ = self.health.alive_while(self.sent.row(sent)).await;
-                    }
+                    self.write_back(sent).await;
                 }
                 Outcome::Failed => {
                     progress.failed += 1;
@@ -274,6 +284,22 @@ impl Coordinator {
             }
         }
         self.advance()
+    }
+
+    /// Queues a SENT write-back; a full queue (the primary behind) is waited out. The
+    /// writer is gone only when the pipeline stops: the row then stays PENDING (or goes
+    /// back to PENDING with the term's claims) and is published again, never lost.
+    async fn write_back(&mut self, sent: Sent) {
+        let id = sent.id;
+        let gone = match self.sent.try_row(sent) {
+            Queued::Yes => false,
+            Queued::Full(sent) => self.health.alive_while(self.sent.row(sent)).await.is_err(),
+            Queued::WriterGone => true,
+        };
+        if gone {
+            self.metrics.write_missed(WriteMiss::SentGaveUp, 1);
+            tracing::warn!(id, "the SENT writer has stopped: this row stays PENDING and is published again");
+        }
     }
 
     /// Hands the checkpoint, with the current pins, to its writer (binlog mode only).
@@ -289,6 +315,7 @@ impl Coordinator {
     fn current_checkpoint(&mut self) -> Option<Checkpoint> {
         let durable = self.durable.as_mut()?;
         durable.checkpoint.queue_counts.clone_from(&self.pins);
+        durable.checkpoint.queue_layouts.clone_from(&self.layouts);
         Some(durable.checkpoint.clone())
     }
 
@@ -309,43 +336,46 @@ impl Coordinator {
 
     /// Resolves a topic's queues and starts its lanes; `None` when stopping first.
     ///
-    /// A topic with a known queue count (configured, or pinned at an earlier first
-    /// use) whose route cannot be read is an outage: the lookup is retried until it
-    /// works. Only a topic that is neither known nor on the cluster fails its events,
-    /// and only while the broker serves the known ones.
+    /// A topic with a known queue count or layout (configured, or pinned at an earlier
+    /// first use) whose route cannot be read is an outage: the lookup is retried until
+    /// it works. With a pinned layout, a broker missing from the route is down: the
+    /// topic starts with every pinned queue, and that broker's lanes wait for it. Only
+    /// a topic that is neither known nor on the cluster fails its events, and only
+    /// while the broker serves the known ones.
     async fn start_topic(&mut self, topic: &str) -> Result<Option<TopicLanes>, RelayError> {
-        let pinned = self.configured.get(topic).or_else(|| self.pins.get(topic)).copied();
+        let count = self.configured.get(topic).or_else(|| self.pins.get(topic)).copied();
+        let layout = self.layouts.get(topic).cloned();
         let part = Part::Route(topic.to_owned());
         let mut attempt = 0u32;
         loop {
             let publisher = Arc::clone(&self.publisher);
-            let lookup = async move {
-                match pinned {
-                    Some(count) => publisher.pinned_queues(topic, count).await,
-                    None => publisher.live_queues(topic).await,
-                }
-            };
+            let lookup = async { publisher.resolve(topic, layout.as_ref(), count).await };
             let error = match self.health.alive_while(lookup).await {
-                Ok(queues) if !queues.is_empty() => {
+                Ok(Resolved::Ready { layout, down }) => {
                     self.health.clear(&part);
-                    return self.open_topic(topic, queues).await.map(Some);
+                    if !down.is_empty() {
+                        tracing::warn!(topic, brokers = ?down, %layout, "brokers of the pinned layout have no route now (down?): their queues wait for them, the others send");
+                    }
+                    return self.open_topic(topic, layout).await.map(Some);
                 }
-                Ok(_) => PublishError::TopicMissing { topic: topic.to_owned(), queue_count: pinned.unwrap_or(8) },
+                Ok(Resolved::Incomplete { live, pinned }) => {
+                    PublishError::QueueCountMismatch { topic: topic.to_owned(), pinned, live: live.len() }
+                }
                 Err(error) => error,
             };
             match error {
-                PublishError::TopicMissing { .. } if pinned.is_none() && self.broker_serves_known_topics().await => {
+                PublishError::TopicMissing { .. } if count.is_none() && self.broker_serves_known_topics().await => {
                     return Ok(Some(self.failing_topic(topic, &error)))
                 }
-                // Routing by another count would move keys between queues: a person decides.
-                PublishError::QueueCountMismatch { .. } => return Err(error.into()),
+                // Routing by another layout would move keys between queues: a person decides.
+                PublishError::LayoutChanged { .. } => return Err(error.into()),
                 _ => {}
             }
             attempt += 1;
             self.health
                 .problem(part.clone(), format!("broker: topic {topic} has no usable route (held, retrying): {error}"));
             if attempt % 50 == 1 {
-                tracing::warn!(topic, %error, "cannot read the topic's route; its events wait and the lookup is retried");
+                tracing::warn!(topic, %error, "cannot read the topic's whole route; its events wait and the lookup is retried");
             }
             tokio::select! {
                 () = tokio::time::sleep(PROBE_EVERY * attempt.min(8)) => {}
@@ -373,13 +403,17 @@ impl Coordinator {
         false
     }
 
-    /// Pins the topic's queue count (durable before its first send, so a restart
-    /// routes the same way) and starts one lane per queue.
-    async fn open_topic(&mut self, topic: &str, queues: Vec<MessageQueue>) -> Result<TopicLanes, RelayError> {
-        let count = u32::try_from(queues.len()).unwrap_or(u32::MAX);
-        if self.pins.insert(topic.to_owned(), count).is_none() {
+    /// Pins the topic's queue layout and count (durable before its first send, so a
+    /// restart routes the same way, even while a broker is down) and starts one lane
+    /// per queue.
+    async fn open_topic(&mut self, topic: &str, layout: QueueLayout) -> Result<TopicLanes, RelayError> {
+        let count = u32::try_from(layout.len()).unwrap_or(u32::MAX);
+        let queues = layout.queues(topic);
+        if self.layouts.get(topic) != Some(&layout) {
+            tracing::info!(topic, queue_count = count, %layout, "pinned queue layout");
+            self.layouts.insert(topic.to_owned(), layout);
+            self.pins.insert(topic.to_owned(), count);
             self.save_now().await?;
-            tracing::info!(topic, queue_count = count, "pinned queue count");
         }
         Ok(TopicLanes::Queues(queues.into_iter().map(|queue| self.spawn_lane(queue)).collect()))
     }
@@ -387,7 +421,8 @@ impl Coordinator {
     fn spawn_lane(&self, queue: MessageQueue) -> LaneInput {
         let (tx, rx) = mpsc::unbounded_channel();
         let queue_id = u32::try_from(queue.queue_id()).unwrap_or_default();
-        let inflight = self.metrics.lane_inflight(queue.topic(), queue_id);
+        let inflight = self.metrics.lane_inflight(queue.topic(), queue.broker_name(), queue_id);
+        let outage = OutageFlag::new(self.metrics.broker_held_lanes(queue.broker_name()));
         let lane = Lane {
             queue,
             publisher: Arc::clone(&self.publisher),
@@ -397,6 +432,7 @@ impl Coordinator {
             health: self.health.clone(),
             held: self.held.clone(),
             term: self.term.clone(),
+            outage,
         };
         self.supervisor.spawn("lane", async move {
             lane.run(rx).await;
@@ -439,6 +475,7 @@ impl Coordinator {
             failed = progress.failed,
             retries_booked = progress.deferred,
             held = progress.held,
+            swept_during_takeover = progress.swept_before,
             in_flight_batches = self.tracker.in_flight(),
             checkpoint_file = position.map(|p| p.file.as_str()),
             checkpoint_pos = position.map(|p| p.pos),

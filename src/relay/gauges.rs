@@ -10,6 +10,7 @@ use std::time::Duration;
 use mysql_async::Pool;
 use tokio_util::sync::CancellationToken;
 
+use crate::health::{Health, Part};
 use crate::metrics::{unix_millis_now, RelayMetrics};
 use crate::source::binlog::{bytes_after, expire_seconds, replication, Replication};
 use crate::store::StatusStore;
@@ -71,8 +72,16 @@ async fn probe_clock(status: &StatusStore, metrics: &RelayMetrics, failing: &mut
     }
 }
 
-/// Keeps the source gauges current until `stop`.
-pub async fn watch_source(source: Pool, metrics: RelayMetrics, stop: CancellationToken) {
+/// Keeps the source gauges current until `stop`; readiness says so while the source's
+/// own replication is more than `lag_limit` behind (events committed since wait for it,
+/// and so does the sweep).
+pub async fn watch_source(
+    source: Pool,
+    metrics: RelayMetrics,
+    health: Health,
+    lag_limit: Duration,
+    stop: CancellationToken,
+) {
     let mut tick = tokio::time::interval(SOURCE_POLL);
     let mut replica = ReplicaClock::default();
     let mut failing = Failing::default();
@@ -84,7 +93,9 @@ pub async fn watch_source(source: Pool, metrics: RelayMetrics, stop: Cancellatio
         match poll_source(&source, &metrics).await {
             Ok(stands) => {
                 failing.over("the source's replication and binlog");
-                metrics.source_replica_lag_seconds.set(replica.lag(stands, unix_millis_now()));
+                let lag = replica.lag(stands, unix_millis_now());
+                metrics.source_replica_lag_seconds.set(lag);
+                report_lag(&health, stands, lag, lag_limit);
             }
             Err(error) => {
                 failing.once("the source's replication and binlog (grant REPLICATION CLIENT and, on MariaDB 10.5+, SLAVE MONITOR to the source user for these metrics)", &error);
@@ -93,6 +104,22 @@ pub async fn watch_source(source: Pool, metrics: RelayMetrics, stop: Cancellatio
             }
         }
     }
+}
+
+/// A replica further behind than `limit` is a readiness problem, named with its cause.
+fn report_lag(health: &Health, stands: Replication, lag: f64, limit: Duration) {
+    if lag <= limit.as_secs_f64() {
+        health.clear(&Part::ReplicaLag);
+        return;
+    }
+    let how = match stands {
+        Replication::Stopped => "its replication is stopped",
+        _ => "it is applying slowly",
+    };
+    health.problem(
+        Part::ReplicaLag,
+        format!("binlog source: the replica the relay reads is {lag:.0} s behind its primary ({how}): events committed since wait for it to apply them, and the sweep waits too rather than publish them twice (relay_source_replica_lag_seconds)"),
+    );
 }
 
 /// One poll of the source; sets the binlog gauges, returns its replication.

@@ -35,18 +35,20 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::checkpoint::{CheckpointWriter, Mirror};
-use crate::config::{Config, FailedKeyPolicy, Mode};
+use crate::config::{Config, Mode};
 use crate::db::{self, DbError};
 use crate::health::{Health, Part, Role};
 use crate::http;
 use crate::lanes::{HeldKeys, LaneSettings, Recorder};
 use crate::leader::{keep, wait_for_lease, Keeper, Standby, Term, TermTiming};
 use crate::metrics::RelayMetrics;
-use crate::rocketmq::{ProducerSettings, PublishError, Publisher};
+use crate::rocketmq::{ProducerSettings, PublishError, Publisher, QueueLayout, Resolved};
 use crate::source::binlog::{Flavor, Reader, ReaderLinks, ReaderSettings};
 use crate::source::sweep::{BinlogGuard, SweepSettings, Sweeper, Watermark};
 use crate::source::{Budget, Handoff};
-use crate::store::{check_migrated, ClaimStore, LeaseStore, Manual, SentStore, StatusStore, WriteBacks};
+use crate::store::{
+    check_migrated, ClaimStore, KeyUpTo, LeaseStore, Manual, SentStore, StatusStore, Unwritten, WriteBacks,
+};
 use crate::supervise::Supervisor;
 use prometheus_client::metrics::gauge::Gauge;
 
@@ -255,23 +257,36 @@ async fn lead(
     started.and(joined).and(kept_ok)
 }
 
-/// Checks a configured topic's route at the start of a term; `false` when it has none.
-/// A different queue count would move keys between queues: a person decides (the error
-/// stops the relay). A topic without a route is also what the NameServer answers while
-/// the broker is down (or the NameServer itself is), so it is never a reason to exit:
-/// readiness names it, and the coordinator holds the topic's events until it has one.
+/// Checks a configured topic's route at the start of a term against its pinned
+/// `layout` (if one is pinned) and count; `false` when it has no usable route.
+/// A changed layout would move keys between queues: a person decides (the error stops
+/// the relay). A topic without a route, or with only part of its queues while no
+/// layout is pinned, is also what the NameServer answers while a broker is down (or
+/// the NameServer itself is), so it is never a reason to exit: readiness names it,
+/// and the coordinator holds the topic's events until it has one. A broker of the
+/// pinned layout that is down holds only its own queues (its lanes report it).
 async fn configured_topic_routed(
     publisher: &Publisher,
     topic: &str,
-    count: u32,
+    pin: &TopicPin,
     health: &Health,
 ) -> Result<bool, RelayError> {
-    match publisher.pinned_queues(topic, count).await {
-        Ok(_) => {
+    let count = pin.count;
+    match publisher.resolve(topic, pin.layout.as_ref(), Some(count)).await {
+        Ok(Resolved::Ready { down, layout }) => {
             health.clear(&Part::Route(topic.to_owned()));
+            if !down.is_empty() {
+                tracing::warn!(topic, brokers = ?down, %layout, "brokers of the topic's pinned layout have no route now (down?): their queues wait, the others send");
+            }
             Ok(true)
         }
-        Err(error @ PublishError::QueueCountMismatch { .. }) => Err(error.into()),
+        Ok(Resolved::Incomplete { live, pinned }) => {
+            let problem = format!("broker: configured topic {topic} shows {} of its {pinned} queues ({live}) and no layout is pinned yet: a broker of the cluster is down, or the topic has fewer queues than rocketmq.topics.{topic}.queue_count; its events wait until the whole route is seen", live.len());
+            tracing::error!(topic, %live, pinned, "a configured topic shows only part of its queues; its events are held until it shows them all");
+            health.problem(Part::Route(topic.to_owned()), problem);
+            Ok(false)
+        }
+        Err(error @ PublishError::LayoutChanged { .. }) => Err(error.into()),
         Err(error) => {
             let problem = format!("broker: configured topic {topic} has no usable route: the broker or the NameServer is down, or the topic is missing (create it with {count} queues): {error}");
             tracing::error!(topic, %error, "a configured topic has no route now; its events are held until it has one");
@@ -279,6 +294,13 @@ async fn configured_topic_routed(
             Ok(false)
         }
     }
+}
+
+/// What is pinned for a configured topic: its count, and its layout once known.
+#[derive(Clone)]
+struct TopicPin {
+    count: u32,
+    layout: Option<QueueLayout>,
 }
 
 /// Runs `task` until it ends or `stop` is cancelled.
@@ -297,12 +319,12 @@ async fn until_stopped(
 async fn watch_configured_route(
     publisher: Arc<Publisher>,
     topic: String,
-    count: u32,
+    pin: TopicPin,
     health: Health,
 ) -> Result<(), RelayError> {
     loop {
         tokio::time::sleep(ROUTE_RECHECK).await;
-        if configured_topic_routed(&publisher, &topic, count, &health).await? {
+        if configured_topic_routed(&publisher, &topic, &pin, &health).await? {
             return Ok(());
         }
     }
@@ -411,27 +433,31 @@ async fn start_pipeline(
     let shutdown = supervisor.stop_token();
     let configured: HashMap<String, u32> =
         config.rocketmq.topics.iter().map(|(t, c)| (t.clone(), c.queue_count)).collect();
-    for (topic, count) in &configured {
-        if !configured_topic_routed(&publisher, topic, *count, health).await? {
-            let watch = watch_configured_route(Arc::clone(&publisher), topic.clone(), *count, health.clone());
+    let layouts = binlog.as_ref().map(|(_, b)| b.checkpoint.queue_layouts.clone()).unwrap_or_default();
+    for (topic, &count) in &configured {
+        let pin = TopicPin { count, layout: layouts.get(topic).cloned() };
+        if !configured_topic_routed(&publisher, topic, &pin, health).await? {
+            let watch = watch_configured_route(Arc::clone(&publisher), topic.clone(), pin, health.clone());
             supervisor.spawn("configured topic route", until_stopped(watch, shutdown.clone()));
         }
     }
     supervisor.spawn("broker probe", ok(Arc::clone(&publisher).probe(shutdown.clone())));
-    let held = HeldKeys::default();
+    let held = held_at_start(claims).await.map_err(|e| DbError::query("primary", &config.primary.url, e))?;
     let policy = config.retry.failed_key_policy;
     let budget = Budget { events: config.lanes.max_in_flight, bytes: config.lanes.max_in_flight_bytes };
     let backoff = Backoff::new(config.retry.backoff_initial(), config.retry.backoff_max());
     let status = StatusStore::new(primary.clone(), outbox.clone(), fence.clone());
-    let sent = SentStore::new(warm.write_backs.clone(), outbox.clone(), fence, db::CONNECTION_LIFETIME);
+    let sent = SentStore::new(warm.write_backs.clone(), outbox.clone(), fence.clone(), db::CONNECTION_LIFETIME);
     let (source_tx, source_rx) = mpsc::channel(64);
     let handoff = Handoff::new(budget, source_tx);
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
     let (write_backs, sent_rx) = WriteBacks::channel(SENT_BACKLOG);
-    supervisor.spawn("status writer", ok(sent_writer::run(sent, sent_rx)));
+    let unwritten = Unwritten::default();
+    let misses = sent_writer::Misses { metrics: metrics.clone(), unwritten: unwritten.clone() };
+    supervisor.spawn("status writer", sent_writer::run(sent, sent_rx, misses));
     supervisor.spawn("outbox gauges", ok(gauges::watch_outbox(status.clone(), metrics.clone(), shutdown.clone())));
     if config.cleanup.interval_ms > 0 {
-        let manual = Manual::new(primary.clone(), outbox.clone());
+        let manual = Manual::fenced(primary.clone(), outbox.clone(), fence.clone());
         let instance = claims.owner().to_owned();
         let cleaning = cleanup::run_scheduled(manual, config.cleanup.clone(), instance, shutdown.clone());
         supervisor.spawn("scheduled cleanup", ok(cleaning));
@@ -456,9 +482,9 @@ async fn start_pipeline(
         health: health.clone(),
         status: status.clone(),
         held: held.clone(),
-        hold_failed: policy == FailedKeyPolicy::Hold,
         fence: None,
         write_backs: write_backs.clone(),
+        unwritten,
     };
     supervisor.spawn("sweep", ok(sweeper.run(shutdown.child_token())));
 
@@ -484,7 +510,9 @@ async fn start_pipeline(
                 },
             );
             supervisor.spawn("binlog reader", ok(reader.run(binlog.start, shutdown.child_token())));
-            let watching = gauges::watch_source(source.pool.clone(), metrics.clone(), shutdown.clone());
+            let lag_limit = Duration::from_millis(config.sweep.grace_ms);
+            let watching =
+                gauges::watch_source(source.pool.clone(), metrics.clone(), health.clone(), lag_limit, shutdown.clone());
             supervisor.spawn("source gauges", ok(watching));
             (pins, Some(Durable { writer, checkpoint: binlog.checkpoint }))
         }
@@ -498,6 +526,7 @@ async fn start_pipeline(
     let coordinator = Coordinator {
         tracker: AckTracker::new(0),
         pins,
+        layouts,
         durable,
         watermark,
         checkpoint_every: Duration::from_millis(config.checkpoint.interval_ms),
@@ -532,6 +561,19 @@ async fn start_pipeline(
     };
     supervisor.spawn("coordinator", coordinator.run(Inputs { source: source_rx, reports: reports_rx }));
     Ok(())
+}
+
+/// The keys the last leader held, from the table, before this term routes anything:
+/// a restart, a new term or a standby taking over holds exactly the same keys.
+async fn held_at_start(claims: &ClaimStore) -> Result<HeldKeys, mysql_async::Error> {
+    let held = HeldKeys::default();
+    for KeyUpTo { topic, biz_key, up_to } in claims.held_keys().await? {
+        held.hold((topic, biz_key), up_to);
+    }
+    if held.len() > 0 {
+        tracing::info!(keys = held.len(), "holding the keys the table says wait behind a FAILED row or a booked retry");
+    }
+    Ok(held)
 }
 
 /// A task that cannot fail, as a supervised one.

@@ -8,24 +8,34 @@
 //! be its own UPDATE, one transaction on the primary per event. The wait shows in no
 //! latency (`sent_at` is the SEND_OK instant) and holds up nothing else: the writer is
 //! off the send path, and the checkpoint does not wait for it.
-//! A batch that still fails after a few attempts is logged and dropped: its rows stay
-//! PENDING and the sweep publishes them again (a duplicate, never a loss). A flush in
-//! the queue (the sweep's, before it claims) closes the batch it is found in and is
-//! answered when every write started before it has finished.
+//!
+//! Nothing it is given is dropped silently. A batch that still fails after a few
+//! attempts, or that changes fewer rows than it was given, is logged with its ids and
+//! counted (`relay_write_misses_total`), and its ids go to the sweep: rows the binlog
+//! path sent stay PENDING and rows the sweep claimed are put back to PENDING, so the
+//! sweep publishes them again (a duplicate, never a loss). A write that panics is a
+//! bug: it is logged and counted the same way, and stops the relay like any panicking
+//! task. A flush in the queue (the sweep's, before it claims) closes the batch it is
+//! found in and is answered when every write started before it has finished.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::{JoinError, JoinSet};
+use tokio::task::{Id, JoinError, JoinSet};
 
+use super::RelayError;
 use crate::backoff::Backoff;
-use crate::fault;
-use crate::store::{Sent, SentConn, SentStore, WriteBack};
+use crate::fault::{self, SentWriteFault};
+use crate::metrics::{RelayMetrics, WriteMiss};
+use crate::store::{Sent, SentConn, SentStore, Unwritten, WriteBack};
 
 /// Most rows in one UPDATE.
 const MAX_BATCH: usize = 1_000;
 /// Attempts per batch before it is left to the sweep.
 const ATTEMPTS: u32 = 5;
+/// Row ids a log line names at most.
+const IDS_LOGGED: usize = 20;
 
 /// UPDATEs in flight at once, each on a connection of its own: the size of the
 /// writer's pool.
@@ -34,45 +44,111 @@ pub(crate) const CONCURRENT: usize = 2;
 const LINGER: Duration = Duration::from_millis(20);
 
 /// A place for one UPDATE in flight, with the connection it holds (none before the
-/// first write, after a failed one, and after a write that panicked).
+/// first write, and after a failed one).
 type Slot = Option<SentConn>;
+
+/// Where the writer reports the rows it could not mark SENT.
+#[derive(Clone)]
+pub struct Misses {
+    pub metrics: RelayMetrics,
+    pub unwritten: Unwritten,
+}
+
+impl Misses {
+    /// Counts and logs the rows of `batch` a write did not change, and hands their ids
+    /// to the sweep.
+    fn report(&self, miss: WriteMiss, batch: &[u64], rows: usize, why: &str) {
+        self.metrics.write_missed(miss, rows);
+        let ids = &batch[..batch.len().min(IDS_LOGGED)];
+        tracing::error!(miss = miss.name(), rows, batch = batch.len(), ?ids, "{why}");
+        self.unwritten.add(batch.iter().copied());
+    }
+}
+
+/// The writes in flight, each with the ids of its batch (named when one panics).
+struct Writes {
+    running: JoinSet<Slot>,
+    batches: HashMap<Id, Vec<u64>>,
+    misses: Misses,
+}
+
+impl Writes {
+    fn spawn(&mut self, store: SentStore, slot: Slot, batch: Vec<Sent>, backoff: Backoff) {
+        let ids = batch.iter().map(|row| row.id).collect();
+        let misses = self.misses.clone();
+        let handle = self.running.spawn(async move { write(&store, slot, &batch, &backoff, &misses).await });
+        self.batches.insert(handle.id(), ids);
+    }
+
+    /// The slot of the next write to end; `None` when none runs.
+    async fn next(&mut self) -> Option<Result<Slot, RelayError>> {
+        let ended = self.running.join_next_with_id().await?;
+        Some(self.freed(ended))
+    }
+
+    /// The slot of a write that has ended already, if any.
+    fn ended(&mut self) -> Option<Result<Slot, RelayError>> {
+        let ended = self.running.try_join_next_with_id()?;
+        Some(self.freed(ended))
+    }
+
+    /// The slot a write gives back when it ends; a write that panicked is reported
+    /// and stops the writer.
+    fn freed(&mut self, ended: Result<(Id, Slot), JoinError>) -> Result<Slot, RelayError> {
+        match ended {
+            Ok((id, slot)) => {
+                self.batches.remove(&id);
+                Ok(slot)
+            }
+            Err(error) => {
+                let batch = self.batches.remove(&error.id()).unwrap_or_default();
+                let why =
+                    "a SENT write-back panicked: its rows stay PENDING or go back to PENDING and are published again";
+                self.misses.report(WriteMiss::SentPanicked, &batch, batch.len(), why);
+                let message = match error.try_into_panic() {
+                    Ok(panic) => crate::supervise::panic_text(&panic),
+                    Err(error) => error.to_string(),
+                };
+                Err(RelayError::Panic { task: "SENT write-back", message })
+            }
+        }
+    }
+}
 
 /// Writes every SENT row that arrives until the queue closes, then waits for the last;
 /// answers each flush once every write before it has finished.
-pub async fn run(store: SentStore, mut input: mpsc::Receiver<WriteBack>) {
+pub async fn run(store: SentStore, mut input: mpsc::Receiver<WriteBack>, misses: Misses) -> Result<(), RelayError> {
     let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     let mut idle: Vec<Slot> = (0..CONCURRENT).map(|_| None).collect();
-    let mut writes: JoinSet<Slot> = JoinSet::new();
+    let mut writes = Writes { running: JoinSet::new(), batches: HashMap::new(), misses };
     while let Some(first) = input.recv().await {
         let (mut batch, mut flushes) = (Vec::with_capacity(MAX_BATCH), Vec::new());
         take(first, &mut batch, &mut flushes);
         if !batch.is_empty() {
             let slot = match idle.pop() {
                 Some(slot) => slot,
-                None => freed(writes.join_next().await),
+                None => writes.next().await.transpose()?.flatten(),
             };
             gather(&mut input, &mut batch, &mut flushes).await;
-            let store = store.clone();
-            writes.spawn(async move { write(&store, slot, &batch, &backoff).await });
+            writes.spawn(store.clone(), slot, batch, backoff);
         }
         if !flushes.is_empty() {
-            while let Some(ended) = writes.join_next().await {
-                idle.push(freed(Some(ended)));
+            while let Some(ended) = writes.next().await {
+                idle.push(ended?);
             }
             for done in flushes {
+                // The sweep stopped waiting (its own timeout): nothing to answer.
                 let _ = done.send(());
             }
         }
-        while let Some(ended) = writes.try_join_next() {
-            idle.push(freed(Some(ended)));
+        while let Some(ended) = writes.ended() {
+            idle.push(ended?);
         }
     }
-    while writes.join_next().await.is_some() {}
-}
-
-/// The slot a write gives back when it ends; a write that panicked gives back none.
-fn freed(ended: Option<Result<Slot, JoinError>>) -> Slot {
-    ended.and_then(Result::ok).flatten()
+    while let Some(ended) = writes.next().await {
+        ended?;
+    }
+    Ok(())
 }
 
 /// Sorts one queue entry into the batch or the flushes waiting for it.
@@ -97,16 +173,33 @@ async fn gather(input: &mut mpsc::Receiver<WriteBack>, batch: &mut Vec<Sent>, fl
     }
 }
 
-/// Writes `batch`, retrying; gives back the connection to keep, if any.
-async fn write(store: &SentStore, mut slot: Slot, batch: &[Sent], backoff: &Backoff) -> Slot {
+/// Writes `batch`, retrying; reports what it could not change; gives back the
+/// connection to keep, if any.
+async fn write(store: &SentStore, mut slot: Slot, batch: &[Sent], backoff: &Backoff, misses: &Misses) -> Slot {
     if let Some(delay) = fault::sent_write_delay() {
         tokio::time::sleep(delay).await;
     }
+    let rows = match fault::sent_write_fault() {
+        SentWriteFault::None => batch,
+        SentWriteFault::Short => &batch[1..],
+        SentWriteFault::Panic => {
+            panic!("injected fault: a SENT write-back panics (OUTBOX_RELAY_FAULT_SENT_WRITE_PANIC_AT)")
+        }
+    };
+    let ids: Vec<u64> = batch.iter().map(|row| row.id).collect();
     for attempt in 1..=ATTEMPTS {
-        match mark_sent(store, slot.take(), batch).await {
-            Ok(conn) => return Some(conn),
+        match mark_sent(store, slot.take(), rows).await {
+            Ok((conn, changed)) => {
+                let missed = batch.len().saturating_sub(usize::try_from(changed).unwrap_or(usize::MAX));
+                if missed > 0 {
+                    let why = "a SENT write-back changed fewer rows than it was given (already SENT or SKIPPED, no longer this relay's, or its leader term ended): rows not SENT are published again";
+                    misses.report(WriteMiss::SentUnchanged, &ids, missed, why);
+                }
+                return Some(conn);
+            }
             Err(error) if attempt == ATTEMPTS => {
-                tracing::error!(%error, rows = batch.len(), first_id = batch[0].id, "cannot mark rows SENT; they stay PENDING and the sweep will publish them again");
+                let why = format!("cannot mark rows SENT ({error}): they stay PENDING or go back to PENDING, and the sweep publishes them again");
+                misses.report(WriteMiss::SentGaveUp, &ids, ids.len(), &why);
             }
             Err(error) => {
                 tracing::warn!(%error, attempt, "SENT write-back failed; retrying");
@@ -117,10 +210,11 @@ async fn write(store: &SentStore, mut slot: Slot, batch: &[Sent], backoff: &Back
     None
 }
 
-/// One attempt, on the slot's connection while it is fresh. A connection whose attempt
-/// failed goes back to the pool, which closes it if it is broken.
-async fn mark_sent(store: &SentStore, slot: Slot, batch: &[Sent]) -> Result<SentConn, mysql_async::Error> {
+/// One attempt, on the slot's connection while it is fresh; the rows it changed. A
+/// connection whose attempt failed goes back to the pool, which closes it if it is
+/// broken.
+async fn mark_sent(store: &SentStore, slot: Slot, batch: &[Sent]) -> Result<(SentConn, u64), mysql_async::Error> {
     let mut conn = store.hold(slot).await?;
-    conn.mark_sent(batch).await?;
-    Ok(conn)
+    let changed = conn.mark_sent(batch).await?;
+    Ok((conn, changed))
 }

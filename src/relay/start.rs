@@ -17,7 +17,7 @@
 //!
 //! Changing a pinned queue count is refused: it would move keys between queues.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use mysql_async::Pool;
@@ -26,6 +26,7 @@ use super::RelayError;
 use crate::checkpoint::{Checkpoint, CheckpointStore, Mirror};
 use crate::config::{Config, DbUrl};
 use crate::db::{self, DbError};
+use crate::rocketmq::QueueLayout;
 use crate::source::binlog::{self, ColumnMap, Flavor, GtidState, ServerInfo, Start, StartKind};
 use outbox_kit::OutboxTable;
 
@@ -98,11 +99,12 @@ impl BinlogSource {
                     "the checkpoint belongs to source {} but source.url now reaches {} and there is no GTID to resume by",
                     saved.server_identity, self.server.identity
                 );
-                (self.at_current_position(saved.queue_counts).await?, StartKind::PositionLost(reason))
+                let pinned = self.at_current_position(saved.queue_counts, saved.queue_layouts).await?;
+                (pinned, StartKind::PositionLost(reason))
             }
             None => {
                 let pins = config.rocketmq.topics.iter().map(|(t, c)| (t.clone(), c.queue_count)).collect();
-                (self.at_current_position(pins).await?, StartKind::Fresh)
+                (self.at_current_position(pins, BTreeMap::new()).await?, StartKind::Fresh)
             }
         };
         if from_mirror || kind != StartKind::Resume || checkpoint.server_identity != before {
@@ -123,22 +125,25 @@ impl BinlogSource {
         }
     }
 
-    /// A new checkpoint at the source's current binlog position.
+    /// A new checkpoint at the source's current binlog position, with the pins given.
     async fn at_current_position(
         &self,
-        queue_counts: std::collections::BTreeMap<String, u32>,
+        queue_counts: BTreeMap<String, u32>,
+        queue_layouts: BTreeMap<String, QueueLayout>,
     ) -> Result<Checkpoint, RelayError> {
         let mut conn = self.pool.get_conn().await.map_err(|e| DbError::query("source", &self.url, e))?;
         let position = binlog::current_position(&mut conn, self.server.flavor, self.url.address()).await?;
-        Ok(Checkpoint { position, server_identity: self.server.identity.clone(), queue_counts })
+        Ok(Checkpoint { position, server_identity: self.server.identity.clone(), queue_counts, queue_layouts })
     }
 }
 
 /// A pinned queue count the configuration now contradicts is refused.
 fn check_pins(config: &Config, saved: &Checkpoint) -> Result<(), RelayError> {
     let configured: HashMap<&String, u32> = config.rocketmq.topics.iter().map(|(t, c)| (t, c.queue_count)).collect();
-    for (topic, pinned) in &saved.queue_counts {
-        if let Some(&wanted) = configured.get(topic).filter(|&&wanted| wanted != *pinned) {
+    let layout_counts =
+        saved.queue_layouts.iter().map(|(topic, layout)| (topic, u32::try_from(layout.len()).unwrap_or(u32::MAX)));
+    for (topic, pinned) in saved.queue_counts.iter().map(|(topic, count)| (topic, *count)).chain(layout_counts) {
+        if let Some(&wanted) = configured.get(topic).filter(|&&wanted| wanted != pinned) {
             return Err(RelayError::Environment(format!(
                 "rocketmq.topics.{topic}.queue_count is {wanted} but the checkpoint pinned {pinned}: changing it would move keys to other queues and break their order; restore {pinned}, or drain the topic and delete the checkpoint"
             )));
@@ -166,6 +171,7 @@ mod tests {
             position: BinlogPosition { file: file.into(), pos, gtid: gtid.map(Into::into), commit_time: None },
             server_identity: identity.into(),
             queue_counts: Default::default(),
+            queue_layouts: Default::default(),
         }
     }
 

@@ -19,6 +19,8 @@ use outbox_kit::{full_message, ClientError as KitClientError};
 use rocketmq_client_rust::ClientError;
 use rocketmq_error::CanonicalCondition;
 
+use super::layout::LayoutChanged;
+
 /// What a failed send says about the broker and the event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorClass {
@@ -54,8 +56,13 @@ pub enum PublishError {
     TopicMissing { topic: String, queue_count: u32 },
     #[error("message body of event {event_id} is {size} bytes, over the broker limit of {limit} bytes (rocketmq.max_message_bytes)")]
     BodyTooLarge { event_id: String, size: usize, limit: usize },
-    #[error("topic {topic} has {live} writable queues but queue_count is pinned to {pinned}: fix rocketmq.topics.{topic}.queue_count or the topic")]
+    #[error("topic {topic} has {live} writable queues but queue_count is pinned to {pinned}: a broker of the cluster may be down (the route leaves out its queues) or the topic has other queues than pinned; never change queue_count to match (keys would move to other queues): restart the missing broker, or create the topic with {pinned} queues")]
     QueueCountMismatch { topic: String, pinned: u32, live: usize },
+    #[error("topic {topic}'s queue layout changed on a broker that is up: {change}; routing by another layout would move keys to other queues and break their order: restore the topic's queues on that broker as pinned, or, once every event of the topic is delivered, pin the new layout (docs/runbook.md, \"Changing a topic's queues\")")]
+    LayoutChanged { topic: String, change: LayoutChanged },
+    /// The cluster's brokers do not fit what was asked of them (an operator command).
+    #[error("{detail}")]
+    Cluster { detail: String },
     #[error(
         "RocketMQ {operation} failed{}: {detail}{}",
         code.map(|c| format!(" (broker code {c})")).unwrap_or_default(),
@@ -129,7 +136,9 @@ impl PublishError {
         match self {
             PublishError::NotSendOk { .. }
             | PublishError::TopicMissing { .. }
-            | PublishError::QueueCountMismatch { .. } => ErrorClass::Outage,
+            | PublishError::QueueCountMismatch { .. }
+            | PublishError::LayoutChanged { .. }
+            | PublishError::Cluster { .. } => ErrorClass::Outage,
             PublishError::BodyTooLarge { .. } => ErrorClass::Event,
             PublishError::Client { class, .. } => *class,
         }
@@ -150,6 +159,21 @@ impl PublishError {
     /// Whether the failure was a connection to a broker that could not be made.
     pub fn unreachable(&self) -> bool {
         matches!(self, PublishError::Client { unreachable: true, .. })
+    }
+
+    /// The class of this failure of a send to a broker, given whether any queue of
+    /// that broker has confirmed a send since the failure began. An answer of the
+    /// broker itself (a response code) that no queue of it gets past is the broker's
+    /// trouble, not the event's: an outage, held and never FAILED. Only while other
+    /// queues of the broker confirm sends does an unknown answer count against the
+    /// batch (and `retry.max_retry`).
+    pub fn class_on_broker(&self, broker_confirmed_since: bool) -> ErrorClass {
+        match (self.class(), self) {
+            (ErrorClass::Unknown, PublishError::Client { code: Some(_), .. }) if !broker_confirmed_since => {
+                ErrorClass::Outage
+            }
+            (class, _) => class,
+        }
     }
 }
 
@@ -226,6 +250,22 @@ mod tests {
         }
         assert!(refused(16).to_string().contains("brokerPermission"));
         assert!(!refused(1).to_string().contains("; "), "no hint where none is known: {}", refused(1));
+    }
+
+    #[test]
+    fn an_unknown_answer_no_queue_of_the_broker_gets_past_is_an_outage_of_the_broker() {
+        let answered = |code| PublishError::Client {
+            operation: "send",
+            code,
+            detail: "SYSTEM_ERROR".into(),
+            class: ErrorClass::Unknown,
+            unreachable: false,
+        };
+        assert_eq!(answered(Some(1)).class_on_broker(false), ErrorClass::Outage, "the whole broker answers so");
+        assert_eq!(answered(Some(1)).class_on_broker(true), ErrorClass::Unknown, "its other queues take sends");
+        assert_eq!(answered(None).class_on_broker(false), ErrorClass::Unknown, "no answer of the broker: unknown");
+        let illegal = PublishError::BodyTooLarge { event_id: "e".into(), size: 5, limit: 4 };
+        assert_eq!(illegal.class_on_broker(false), ErrorClass::Event, "about the event whatever the broker does");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 mod batch;
 mod error;
+mod layout;
 mod message;
 mod msg_id;
 mod prepared;
@@ -12,6 +13,7 @@ mod publisher;
 mod request;
 
 pub use error::{classify, ErrorClass, PublishError};
+pub use layout::{resolve, LayoutChanged, QueueLayout, Resolved};
 pub use message::check_size;
 pub use outbox_kit::{client_config, full_message, ClientHost};
 pub use prepared::{prepare, Prepared};

@@ -133,6 +133,14 @@ impl Producer {
         Ok(queues)
     }
 
+    /// The names of the master brokers of `cluster`, sorted: every broker registers a
+    /// topic named after its cluster, whose route lists them.
+    pub async fn cluster_brokers(&self, cluster: &str) -> Result<Vec<String>, PublishError> {
+        let queues = self.route_queues(cluster).await?;
+        let brokers: std::collections::BTreeSet<String> = queues.iter().map(|q| q.broker_name().to_string()).collect();
+        Ok(brokers.into_iter().collect())
+    }
+
     /// Creates (or updates) `topic` with `queue_count` read and write queues on every
     /// broker that serves the existing topic `key`. Every broker registers a topic
     /// named after its cluster (e.g. `DefaultCluster`), which works even with
@@ -246,7 +254,7 @@ fn producer_config(shared: ClientConfig) -> ClientConfig {
 }
 
 /// Queue count suggested when a topic that is not pinned in the config is missing.
-const DEFAULT_QUEUE_COUNT: u32 = 8;
+pub(super) const DEFAULT_QUEUE_COUNT: u32 = 8;
 
 fn missing_topic_or(topic: &str, pinned: u32, error: PublishError) -> PublishError {
     match &error {

@@ -14,16 +14,18 @@
 //! as any broker answers: a renewal is cheap and the lanes of a broker still down just
 //! keep waiting.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rocketmq_client_rust::ClientRuntime;
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::layout::{resolve, QueueLayout, Resolved};
+use super::producer::DEFAULT_QUEUE_COUNT;
 use super::{Prepared, Producer, ProducerSettings, PublishError};
 use crate::config::AclCredentials;
 
@@ -48,6 +50,8 @@ pub struct Publisher {
     topics: Mutex<BTreeSet<String>>,
     /// Replaced producers, shut down once no send uses them.
     retired: Mutex<Vec<Arc<Producer>>>,
+    /// When each broker last confirmed a send (by broker name).
+    confirmed_at: Mutex<HashMap<String, Instant>>,
 }
 
 impl Publisher {
@@ -67,6 +71,7 @@ impl Publisher {
             unreachable: AtomicBool::new(false),
             topics: Mutex::default(),
             retired: Mutex::default(),
+            confirmed_at: Mutex::default(),
         })
     }
 
@@ -89,6 +94,31 @@ impl Publisher {
         self.producer().pinned_queues(topic, pinned).await
     }
 
+    /// `topic`'s live route compared with its pinned `layout`, or with its pinned
+    /// `count` while no layout is pinned (see `layout::resolve`). A topic without any
+    /// route is `TopicMissing`; a route that contradicts the pin on a broker that is up
+    /// is `LayoutChanged`.
+    pub async fn resolve(
+        &self,
+        topic: &str,
+        layout: Option<&QueueLayout>,
+        count: Option<u32>,
+    ) -> Result<Resolved, PublishError> {
+        let missing = || PublishError::TopicMissing {
+            topic: topic.to_owned(),
+            queue_count: count
+                .or(layout.map(|l| u32::try_from(l.len()).unwrap_or(u32::MAX)))
+                .unwrap_or(DEFAULT_QUEUE_COUNT),
+        };
+        let live = match self.live_queues(topic).await {
+            Ok(live) if live.is_empty() => return Err(missing()),
+            Ok(live) => QueueLayout::of(&live),
+            Err(PublishError::TopicMissing { .. }) => return Err(missing()),
+            Err(error) => return Err(error),
+        };
+        resolve(layout, count, &live).map_err(|change| PublishError::LayoutChanged { topic: topic.to_owned(), change })
+    }
+
     /// `topic`'s queues as the NameServer reports them now.
     pub async fn live_queues(&self, topic: &str) -> Result<Vec<MessageQueue>, PublishError> {
         self.remember(topic);
@@ -104,9 +134,22 @@ impl Publisher {
         self.unreachable.store(true, Ordering::Relaxed);
     }
 
-    /// A send was confirmed: the broker is reachable with the current producer.
-    pub fn confirmed(&self) {
+    /// A send to `broker` was confirmed: it is reachable with the current producer.
+    pub fn confirmed(&self, broker: &str) {
         self.unreachable.store(false, Ordering::Relaxed);
+        let mut confirmed = self.confirmed_at.lock().unwrap_or_else(PoisonError::into_inner);
+        match confirmed.get_mut(broker) {
+            Some(at) => *at = Instant::now(),
+            None => {
+                confirmed.insert(broker.to_owned(), Instant::now());
+            }
+        }
+    }
+
+    /// Whether any queue of `broker` has confirmed a send since `since`.
+    pub fn confirmed_since(&self, broker: &str, since: Instant) -> bool {
+        let confirmed = self.confirmed_at.lock().unwrap_or_else(PoisonError::into_inner);
+        confirmed.get(broker).is_some_and(|&at| at > since)
     }
 
     /// A receiver that changes when a new producer takes over.

@@ -65,6 +65,8 @@ pub enum Cutoff {
     OlderThan(Duration),
     /// These rows only (read earlier, see [`ClaimStore::visible`]).
     Listed(Vec<u64>),
+    /// The rows of these keys up to each one's id: what held keys left behind.
+    Behind(Vec<KeyUpTo>),
     /// No row.
     Nothing,
 }
@@ -86,9 +88,26 @@ impl Cutoff {
                 format!(" AND {alias}id IN ({})", placeholders(ids.len())),
                 ids.iter().map(|id| Value::from(*id)).collect(),
             ),
+            Cutoff::Behind(keys) if keys.is_empty() => (" AND FALSE".into(), Vec::new()),
+            Cutoff::Behind(keys) => {
+                let one = format!("({alias}topic = ? AND {alias}biz_key = ? AND {alias}id <= ?)");
+                let params = keys
+                    .iter()
+                    .flat_map(|k| [Value::from(&k.topic), Value::from(&k.biz_key), Value::from(k.up_to)])
+                    .collect();
+                (format!(" AND ({})", vec![one; keys.len()].join(" OR ")), params)
+            }
             Cutoff::Nothing => (" AND FALSE".into(), Vec::new()),
         }
     }
+}
+
+/// A business key of a topic and the highest row id of it that a claim may take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyUpTo {
+    pub topic: String,
+    pub biz_key: String,
+    pub up_to: u64,
 }
 
 /// Claims, leases and retry bookkeeping of one relay process (its `owner` name).
@@ -169,8 +188,8 @@ impl ClaimStore {
             ClaimMethod::SkipLocked | ClaimMethod::Auto => self.claim_locked(&select, params).await?,
         };
         let mut claimed = Claimed::default();
-        for row in rows {
-            match to_event(row) {
+        for (id, row) in rows {
+            match to_event(id, row) {
                 Ok((event, retry_count)) => {
                     claimed.events.push(event);
                     claimed.retry_counts.push(retry_count);
@@ -214,13 +233,32 @@ impl ClaimStore {
         Ok((self.now().await?, ids))
     }
 
-    /// (topic, biz_key, highest id) of every key with a FAILED row.
-    pub async fn failed_keys(&self) -> Result<Vec<(String, String, u64)>, mysql_async::Error> {
+    /// Every key the table says is held, with its highest row still waiting (the rows
+    /// left behind it are PENDING): a key with a FAILED row (hold policy), or with a
+    /// PENDING row waiting for its booked retry (both policies). A new term holds them
+    /// before it routes anything.
+    pub async fn held_keys(&self) -> Result<Vec<KeyUpTo>, mysql_async::Error> {
+        let (holding, waiting) = match self.policy {
+            FailedKeyPolicy::Hold => (format!("status = {FAILED} OR "), format!("{PENDING}, {FAILED}")),
+            FailedKeyPolicy::Continue => (String::new(), PENDING.to_string()),
+        };
+        let table = self.outbox.qualified();
         let sql = format!(
-            "SELECT topic, biz_key, MAX(id) FROM {} WHERE status = {FAILED} GROUP BY topic, biz_key",
-            self.outbox.qualified()
+            "SELECT o.topic, o.biz_key, MAX(o.id) FROM {table} o \
+             JOIN (SELECT DISTINCT topic, biz_key FROM {table} \
+                   WHERE {holding}(status = {PENDING} AND next_retry_at > NOW(3))) h \
+             ON o.topic = h.topic AND o.biz_key = h.biz_key \
+             WHERE o.status IN ({waiting}) GROUP BY o.topic, o.biz_key"
         );
-        self.pool.get_conn().await?.query(sql).await
+        let rows: Vec<(String, String, u64)> = self.pool.get_conn().await?.query(sql).await?;
+        Ok(rows.into_iter().map(|(topic, biz_key, up_to)| KeyUpTo { topic, biz_key, up_to }).collect())
+    }
+
+    /// The id of the newest manual action on the schema's tables (requeue, skip,
+    /// cleanup, position set): a change means held keys may be free now.
+    pub async fn last_manual_action(&self) -> Result<Option<u64>, mysql_async::Error> {
+        let sql = format!("SELECT MAX(id) FROM `{}`.`outbox_relay_audit`", self.outbox.schema);
+        Ok(self.pool.get_conn().await?.query_first::<Option<u64>, _>(sql).await?.flatten())
     }
 
     /// Whether `topic`/`biz_key` has a row at or below `up_to` that is not sent yet
@@ -239,7 +277,7 @@ impl ClaimStore {
         Ok(found.is_some())
     }
 
-    async fn claim_locked(&self, select: &str, params: Params) -> Result<Vec<Row>, mysql_async::Error> {
+    async fn claim_locked(&self, select: &str, params: Params) -> Result<Vec<(u64, Row)>, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
         let mut options = TxOpts::default();
         // READ COMMITTED: rows the scan rejects are unlocked at once, not held to commit.
@@ -247,17 +285,15 @@ impl ClaimStore {
         let mut tx = conn.start_transaction(options).await?;
         // What is committed and due, unlocked: a row another statement holds locked right
         // now is skipped by SKIP LOCKED, and its key's later rows must not overtake it.
-        let visible: Vec<(u64, String)> =
-            tx.exec(select.replacen(SELECTED_COLUMNS, "id, biz_key", 1), params.clone()).await?;
+        let visible: Vec<Row> = tx.exec(select.replacen(SELECTED_COLUMNS, "id, biz_key", 1), params.clone()).await?;
+        let visible = visible.iter().map(|row| id_and_key(row, 1)).collect::<Result<Vec<_>, _>>()?;
         let locked: Vec<Row> = tx.exec(format!("{select} FOR UPDATE SKIP LOCKED"), params).await?;
-        let keys: Vec<(u64, String)> = locked
-            .iter()
-            .map(|r| (r.get::<u64, _>(0).unwrap_or(0), r.get::<String, _>(2).unwrap_or_default()))
-            .collect();
+        let keys = locked.iter().map(|row| id_and_key(row, BIZ_KEY_COLUMN)).collect::<Result<Vec<_>, _>>()?;
         let keep = in_key_order(&keys, &visible);
-        let rows: Vec<Row> = locked.into_iter().zip(keep).filter_map(|(row, keep)| keep.then_some(row)).collect();
+        let rows: Vec<(u64, Row)> =
+            keys.iter().zip(locked).zip(keep).filter_map(|(((id, _), row), keep)| keep.then_some((*id, row))).collect();
         if !rows.is_empty() {
-            let ids: Vec<u64> = rows.iter().filter_map(|r| r.get::<u64, _>(0)).collect();
+            let ids: Vec<u64> = rows.iter().map(|(id, _)| *id).collect();
             let sql = format!(
                 "UPDATE {} o {} SET o.status = {SENDING}, o.owner = ?, o.lease_until = NOW(3) + INTERVAL ? MICROSECOND \
                  WHERE o.id IN ({})",
@@ -278,7 +314,7 @@ impl ClaimStore {
         Ok(rows)
     }
 
-    async fn claim_optimistic(&self, select: &str, params: Params) -> Result<Vec<Row>, mysql_async::Error> {
+    async fn claim_optimistic(&self, select: &str, params: Params) -> Result<Vec<(u64, Row)>, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
         let candidates: Vec<Row> = conn.exec(select, params).await?;
         let sql = format!(
@@ -289,9 +325,9 @@ impl ClaimStore {
         );
         let mut claimed = Vec::with_capacity(candidates.len());
         for row in candidates {
-            let id: Option<u64> = row.get(0);
+            let id = row_id(&row)?;
             match conn.exec_drop(&sql, (&self.owner, micros(self.lease), id)).await {
-                Ok(()) if conn.affected_rows() == 1 => claimed.push(row),
+                Ok(()) if conn.affected_rows() == 1 => claimed.push((id, row)),
                 Ok(()) => {}
                 // Another sweeper is taking this row right now: it is theirs.
                 Err(mysql_async::Error::Server(e)) if LOCK_CONFLICTS.contains(&e.code) => {}
@@ -353,6 +389,27 @@ impl ClaimStore {
         Ok(conn.affected_rows())
     }
 
+    /// Our claimed rows among `ids` back to PENDING: their SENT write-back did not
+    /// land, so the sweep publishes them again (a duplicate at most). Rows that are
+    /// not ours (SENT, PENDING, another owner's) are left alone.
+    pub async fn release_ids(&self, ids: &[u64]) -> Result<u64, mysql_async::Error> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let sql = format!(
+            "UPDATE {} o {} SET o.status = {PENDING}, o.owner = NULL, o.lease_until = NULL \
+             WHERE o.status = {SENDING} AND o.owner = ? AND o.id IN ({})",
+            self.outbox.qualified(),
+            self.fence.join(),
+            placeholders(ids.len())
+        );
+        let params: Vec<Value> =
+            std::iter::once(Value::from(&self.owner)).chain(ids.iter().map(|&id| Value::from(id))).collect();
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(sql, Params::Positional(params)).await?;
+        Ok(conn.affected_rows())
+    }
+
     /// Books a failed attempt of our claimed rows: back to PENDING, `retry_count + 1`,
     /// due again after `delay`, `last_error` = `reason`. Rows no longer ours are left alone.
     pub async fn reschedule(
@@ -394,15 +451,48 @@ impl ClaimStore {
     pub async fn now(&self) -> Result<f64, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
         let now: Option<String> = conn.query_first("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) AS CHAR)").await?;
-        Ok(now.and_then(|n| n.parse().ok()).unwrap_or_default())
+        let now = now.unwrap_or_default();
+        now.parse().map_err(|_| unreadable("the database's time (UNIX_TIMESTAMP(NOW(3)))", &now))
     }
 }
 
-/// The event in a claimed row, or the row's id and why it cannot be read.
-fn to_event(row: Row) -> Result<(OutboxEvent, u32), Malformed> {
+/// Where `biz_key` is among the [`SELECTED_COLUMNS`].
+const BIZ_KEY_COLUMN: usize = 2;
+
+/// The id (first column) of a row read for a claim; a row without a readable id stops
+/// the claim: it could be neither claimed nor failed by its id.
+fn row_id(row: &Row) -> Result<u64, mysql_async::Error> {
+    match row.get_opt::<u64, _>(0) {
+        Some(Ok(id)) => Ok(id),
+        other => Err(unreadable("a row's id", &format!("{other:?}"))),
+    }
+}
+
+/// A row's id and its business key's bytes (column `key`), for the key-order check.
+fn id_and_key(row: &Row, key: usize) -> Result<(u64, Vec<u8>), mysql_async::Error> {
+    match row.get_opt::<Vec<u8>, _>(key) {
+        Some(Ok(biz_key)) => Ok((row_id(row)?, biz_key)),
+        other => Err(unreadable("a row's biz_key", &format!("{other:?}"))),
+    }
+}
+
+/// A value the primary answered that the relay cannot read: the sweep skips its pass
+/// and reports it rather than go on with a made-up value.
+#[derive(Debug, thiserror::Error)]
+#[error("the primary answered {what} with a value the relay cannot read: {value}")]
+struct Unreadable {
+    what: &'static str,
+    value: String,
+}
+
+fn unreadable(what: &'static str, value: &str) -> mysql_async::Error {
+    mysql_async::Error::Other(Box::new(Unreadable { what, value: value.to_owned() }))
+}
+
+/// The event in a claimed row (whose `id` was read already), or why it cannot be read.
+fn to_event(id: u64, row: Row) -> Result<(OutboxEvent, u32), Malformed> {
     type Columns = (u64, String, String, String, Vec<u8>, u32, Value);
-    let id = row.get_opt::<u64, _>(0).and_then(Result::ok).unwrap_or_default();
-    let (id, event_id, biz_key, topic, payload, retry_count, created_at) = mysql_async::from_row_opt::<Columns>(row)
+    let (_, event_id, biz_key, topic, payload, retry_count, created_at) = mysql_async::from_row_opt::<Columns>(row)
         .map_err(|e| Malformed { id, reason: format!("the row cannot be read as an outbox event: {e}") })?;
     let created_local_us = local_micros(&created_at);
     let event = OutboxEvent { id, event_id, biz_key, topic, payload: Bytes::from(payload), created_local_us };
@@ -412,13 +502,13 @@ fn to_event(row: Row) -> Result<(OutboxEvent, u32), Malformed> {
 /// Which `locked` (id, biz_key) rows a claim may take: none of a key after a `visible`
 /// row of that key that was not locked (another statement holds it), so the key's
 /// rows still leave in id order.
-pub fn in_key_order(locked: &[(u64, String)], visible: &[(u64, String)]) -> Vec<bool> {
+pub fn in_key_order<K: std::hash::Hash + Eq>(locked: &[(u64, K)], visible: &[(u64, K)]) -> Vec<bool> {
     let taken: HashSet<u64> = locked.iter().map(|(id, _)| *id).collect();
-    let mut first_skipped: HashMap<&str, u64> = HashMap::new();
+    let mut first_skipped: HashMap<&K, u64> = HashMap::new();
     for (id, key) in visible.iter().filter(|(id, _)| !taken.contains(id)) {
-        first_skipped.entry(key.as_str()).or_insert(*id);
+        first_skipped.entry(key).or_insert(*id);
     }
-    locked.iter().map(|(id, key)| first_skipped.get(key.as_str()).is_none_or(|skipped| id < skipped)).collect()
+    locked.iter().map(|(id, key)| first_skipped.get(key).is_none_or(|skipped| id < skipped)).collect()
 }
 
 fn placeholders(n: usize) -> String {

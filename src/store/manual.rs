@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use outbox_kit::{truncate_utf8, OutboxTable, RowStatus};
 
-use super::{FAILED, PENDING, SENT};
+use super::{TermFence, FAILED, PENDING, SENT};
 
 /// Who makes a change, and why (both go into the audit row).
 #[derive(Debug, Clone)]
@@ -71,11 +71,20 @@ pub struct Cleanup {
 pub struct Manual {
     pool: Pool,
     outbox: OutboxTable,
+    /// The leader term its deletes hold under (the scheduled cleanup); `None` for an
+    /// operator's command, which runs beside any leader.
+    fence: Option<TermFence>,
 }
 
 impl Manual {
     pub fn new(pool: Pool, outbox: OutboxTable) -> Self {
-        Self { pool, outbox }
+        Self { pool, outbox, fence: None }
+    }
+
+    /// The actions of the leader of `fence`'s term: its deletes change nothing once
+    /// the term has ended, like every other write of the leader.
+    pub fn fenced(pool: Pool, outbox: OutboxTable, fence: TermFence) -> Self {
+        Self { pool, outbox, fence: Some(fence) }
     }
 
     /// FAILED rows, oldest first.
@@ -258,12 +267,18 @@ impl Manual {
                 .await?;
             let (Some(first), Some(last)) = (ids.first(), ids.last()) else { break };
             let mut tx = conn.start_transaction(TxOpts::default()).await?;
+            let fence = self.fence.as_ref().map(TermFence::join).unwrap_or_default();
             tx.exec_drop(
-                format!("DELETE FROM {table} WHERE {old_enough} AND id IN ({})", placeholders(ids.len())),
+                format!("DELETE o FROM {table} o {fence} WHERE {old_enough} AND o.id IN ({})", placeholders(ids.len())),
                 id_params(&ids),
             )
             .await?;
             let rows = tx.affected_rows();
+            if rows == 0 {
+                // The leader's term ended, or someone else deleted them first: stop here.
+                tx.rollback().await?;
+                break;
+            }
             let what = AuditEntry {
                 action: "cleanup",
                 target: format!("{table} ids {first}..={last}, SENT older than {}s", retention.as_secs()),

@@ -15,7 +15,7 @@ mod sent;
 mod status;
 mod write_back;
 
-pub use claims::{ClaimStore, Claimed, Cutoff, Malformed};
+pub use claims::{ClaimStore, Claimed, Cutoff, KeyUpTo, Malformed};
 pub use lease::{LeaseHolder, LeaseStore, TermFence};
 pub(crate) use manual::{audit, AuditEntry};
 pub use manual::{Change, Cleanup, FailedFilter, FailedRow, Manual, Operator, Target};
@@ -26,7 +26,7 @@ pub use report::{status_report, LeaderReport, PositionReport, StatusReport};
 pub use schema::{check_migrated, has_index, migrate, MigrationReport, NotMigrated, CLAIM_INDEX, KEY_ORDER_INDEX};
 pub use sent::{Sent, SentConn, SentStore};
 pub use status::{Backlog, StatusStore};
-pub use write_back::{Flushed, WriteBack, WriteBacks, WriterGone};
+pub use write_back::{Flushed, Queued, Unwritten, WriteBack, WriteBacks, WriterGone};
 
 use outbox_kit::RowStatus;
 

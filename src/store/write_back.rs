@@ -8,6 +8,7 @@
 //! given up on, which leaves the row to the sweep, as it should). The sweep flushes
 //! before it claims, and then sees acknowledged rows as SENT.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -27,6 +28,37 @@ pub enum WriteBack {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the SENT writer has stopped")]
 pub struct WriterGone;
+
+/// How [`WriteBacks::try_row`] went.
+#[derive(Debug)]
+pub enum Queued {
+    Yes,
+    /// The queue is full: wait with [`WriteBacks::row`].
+    Full(Sent),
+    /// The writer has stopped (shutdown): the row stays PENDING and is sent again later.
+    WriterGone,
+}
+
+/// Ids of rows whose SENT write-back did not land, for the sweep to put back: a row
+/// the sweep claimed stays SENDING, owned by this live leader, until it is released
+/// (then it is published again: a duplicate, never a loss). Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Unwritten(Arc<Mutex<Vec<u64>>>);
+
+impl Unwritten {
+    pub fn add(&self, ids: impl IntoIterator<Item = u64>) {
+        self.lock().extend(ids);
+    }
+
+    /// Every id added so far, leaving none.
+    pub fn take(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.lock())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 /// The sending end of the write-back queue; cheap to clone.
 #[derive(Debug, Clone)]
@@ -49,11 +81,12 @@ impl WriteBacks {
     }
 
     /// Queues `row` if the queue has room now; gives it back when the queue is full,
-    /// to wait with [`WriteBacks::row`]. A stopped writer takes nothing, as there.
-    pub fn try_row(&self, row: Sent) -> Result<(), Sent> {
+    /// to wait with [`WriteBacks::row`]; says when the writer has stopped.
+    pub fn try_row(&self, row: Sent) -> Queued {
         match self.0.try_send(WriteBack::Row(row)) {
-            Err(mpsc::error::TrySendError::Full(WriteBack::Row(row))) => Err(row),
-            _ => Ok(()),
+            Ok(()) => Queued::Yes,
+            Err(mpsc::error::TrySendError::Full(WriteBack::Row(row))) => Queued::Full(row),
+            Err(_) => Queued::WriterGone,
         }
     }
 

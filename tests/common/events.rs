@@ -61,6 +61,16 @@ pub fn delivery_counts(deliveries: &[Received]) -> HashMap<&str, usize> {
     counts
 }
 
+/// Events the broker stored more than once (at more than one broker, queue and
+/// offset): published twice. A consumer's own redeliveries are not counted.
+pub fn stored_twice(deliveries: &[Received]) -> Vec<&str> {
+    let mut places: HashMap<&str, std::collections::HashSet<(&str, i32, i64)>> = HashMap::new();
+    for d in deliveries.iter().filter(|d| d.reconsume_times == 0) {
+        places.entry(d.event_id.as_str()).or_default().insert((d.broker_name.as_str(), d.queue_id, d.queue_offset));
+    }
+    places.into_iter().filter(|(_, stored)| stored.len() > 1).map(|(id, _)| id).collect()
+}
+
 pub async fn all_sent(outbox: &TestOutbox, expected: usize, deadline: Duration) {
     eventually(&format!("{expected} rows SENT with msg_id"), deadline, || async {
         let statuses = outbox.statuses().await;
@@ -73,47 +83,66 @@ pub async fn all_sent(outbox: &TestOutbox, expected: usize, deadline: Duration) 
     .await;
 }
 
-/// Per key: first deliveries in commit order (by queue offset), all in the key's queue.
+/// Per key: first deliveries in commit order (by queue offset), all in the key's queue:
+/// index `hash % TEST_TOPIC_QUEUES` of the topic's route in (broker, queue id) order.
 ///
 /// A delivery through the consumer's retry topic (the Rust push consumer 1.0.0 sends a
 /// few messages back under load, seen here) carries the retry queue's id and offset;
 /// for an event seen only that way, the broker's key index says where it is stored.
 pub async fn assert_per_key_order(stack: &Stack, topic: &str, deliveries: &[Received]) {
-    let mut first: HashMap<&str, (i32, i64, &str)> = HashMap::new();
+    let mut first: HashMap<&str, Place> = HashMap::new();
     for d in deliveries.iter().filter(|d| d.reconsume_times == 0) {
-        let place = (d.queue_id, d.queue_offset, d.biz_key.as_str());
+        let place =
+            Place { broker: d.broker_name.clone(), queue_id: d.queue_id, offset: d.queue_offset, key: &d.biz_key };
         first
             .entry(d.event_id.as_str())
             .and_modify(|f| {
-                if place.0 == f.0 && place.1 < f.1 {
-                    *f = place
+                if (&place.broker, place.queue_id) == (&f.broker, f.queue_id) && place.offset < f.offset {
+                    *f = place.clone()
                 }
             })
             .or_insert(place);
     }
     let producer = stack.producer("order_check").await;
+    let route = producer.live_queues(topic).await.expect("the topic's route");
+    assert_eq!(route.len(), TEST_TOPIC_QUEUES as usize, "every broker of {topic} is up for the order check");
     let redelivered_only: Vec<&Received> =
         deliveries.iter().filter(|d| d.reconsume_times > 0 && !first.contains_key(d.event_id.as_str())).collect();
     for d in redelivered_only {
         let stored =
             eventually(&format!("the broker's key index to find {}", d.event_id), Duration::from_secs(30), || async {
                 let found = producer.find_by_key(topic, &d.event_id).await.ok()?;
-                found.iter().min_by_key(|m| m.queue_offset()).map(|m| (m.queue_id(), m.queue_offset()))
+                found
+                    .iter()
+                    .min_by_key(|m| m.queue_offset())
+                    .map(|m| (m.broker_name().to_owned(), m.queue_id(), m.queue_offset()))
             })
             .await;
-        first.insert(d.event_id.as_str(), (stored.0, stored.1, d.biz_key.as_str()));
+        let place = Place { broker: stored.0, queue_id: stored.1, offset: stored.2, key: &d.biz_key };
+        first.insert(d.event_id.as_str(), place);
     }
     producer.shutdown().await;
-    let mut by_key: BTreeMap<&str, Vec<(i64, i32, &str)>> = BTreeMap::new();
-    for (event_id, (queue_id, offset, key)) in &first {
-        by_key.entry(key).or_default().push((*offset, *queue_id, event_id));
+    let mut by_key: BTreeMap<&str, Vec<(&Place, &str)>> = BTreeMap::new();
+    for (event_id, place) in &first {
+        by_key.entry(place.key).or_default().push((place, event_id));
     }
     for (key, mut events) in by_key {
-        let queue = queue_for(HashFunction::Stable, key, TEST_TOPIC_QUEUES) as i32;
-        let queues: std::collections::BTreeSet<i32> = events.iter().map(|e| e.1).collect();
-        assert_eq!(queues, [queue].into(), "key {key}: every event in queue {queue}");
-        events.sort();
-        let seqs: Vec<&str> = events.iter().map(|e| e.2.rsplit('-').next().unwrap_or_default()).collect();
+        let queue = &route[queue_for(HashFunction::Stable, key, TEST_TOPIC_QUEUES) as usize];
+        let expected = (queue.broker_name().to_string(), queue.queue_id());
+        let queues: std::collections::BTreeSet<(String, i32)> =
+            events.iter().map(|(p, _)| (p.broker.clone(), p.queue_id)).collect();
+        assert_eq!(queues, [expected.clone()].into(), "key {key}: every event in queue {expected:?}");
+        events.sort_by_key(|(p, _)| p.offset);
+        let seqs: Vec<&str> = events.iter().map(|(_, id)| id.rsplit('-').next().unwrap_or_default()).collect();
         assert!(seqs.windows(2).all(|w| w[0] < w[1]), "key {key}: first deliveries out of commit order: {seqs:?}");
     }
+}
+
+/// Where a delivery was stored: broker, queue id, offset; and its key.
+#[derive(Clone)]
+struct Place<'a> {
+    broker: String,
+    queue_id: i32,
+    offset: i64,
+    key: &'a str,
 }

@@ -120,7 +120,7 @@ where
 /// own messages (a consumer of a shared topic would wade through other tests' load).
 pub async fn fresh_topic(stack: &Stack) -> String {
     let topic = unique("t");
-    outbox_relay::admin::create_topic(&stack.namesrv, "DefaultCluster", &topic, TEST_TOPIC_QUEUES)
+    outbox_relay::admin::create_topic(&stack.namesrv, "DefaultCluster", &topic, TEST_TOPIC_QUEUES, None)
         .await
         .unwrap_or_else(|e| panic!("create topic {topic}: {e}"));
     topic

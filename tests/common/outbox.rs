@@ -117,6 +117,26 @@ impl TestOutbox {
         self.statuses().await.values().filter(|(s, _)| *s == status.code()).count()
     }
 
+    /// The id of the row with `event_id`.
+    pub async fn id_of(&self, event_id: &str) -> u64 {
+        let mut conn = self.pool.get_conn().await.expect("conn");
+        let id: Option<u64> = conn
+            .exec_first(format!("SELECT id FROM {} WHERE event_id = ?", self.table.qualified()), (event_id,))
+            .await
+            .expect("id");
+        id.unwrap_or_else(|| panic!("no row {event_id}"))
+    }
+
+    /// The status of row `id`.
+    pub async fn status_of(&self, id: u64) -> u8 {
+        let mut conn = self.pool.get_conn().await.expect("conn");
+        let status: Option<u8> = conn
+            .exec_first(format!("SELECT status FROM {} WHERE id = ?", self.table.qualified()), (id,))
+            .await
+            .expect("status");
+        status.unwrap_or_else(|| panic!("no row {id}"))
+    }
+
     /// Runs one statement as root.
     pub async fn exec(&self, sql: &str) {
         self.pool.get_conn().await.expect("conn").query_drop(sql).await.expect(sql);

@@ -28,9 +28,10 @@ pub(crate) async fn inject(stack: &Stack, fleet: &mut Fleet, fault: &Planned) ->
             fleet.signal(slot, Signal::Cont)?;
         }
         FaultKind::BrokerKill => restart(stack, StackProcess::Broker, fault.hold).await?,
+        FaultKind::BrokerBKill => restart(stack, StackProcess::BrokerB, fault.hold).await?,
         FaultKind::NamesrvRestart => restart(stack, StackProcess::NameServer, fault.hold).await?,
         FaultKind::PrimaryKill => restart(stack, StackProcess::Primary, fault.hold).await?,
-        FaultKind::ReplicaSqlStop => {
+        FaultKind::ReplicaSqlStop | FaultKind::ReplicaLag => {
             let source = &stack.replicas[fleet.source()].root_url;
             stack.sql(source, "STOP SLAVE SQL_THREAD").await?;
             hold().await;

@@ -6,6 +6,9 @@
 use std::path::Path;
 use std::time::Duration;
 
+/// How long the sweep waits for a binlog path that is down before it takes over.
+pub(crate) const TAKEOVER_AFTER: Duration = Duration::from_secs(10);
+
 /// The settings of a run that the configuration carries.
 pub(crate) struct RelaySettings<'a> {
     pub(crate) primary_url: &'a str,
@@ -54,7 +57,7 @@ backoff_max_ms = 2000
 interval_ms = 2000
 grace_ms = 3000
 lease_ms = 5000
-takeover_after_ms = 10000
+takeover_after_ms = {takeover_after_ms}
 
 [leader]
 lease_ms = {lease_ms}
@@ -71,6 +74,7 @@ level = "info,rocketmq_client_rust=warn,rocketmq_transport=warn,rocketmq_runtime
             namesrv = self.namesrv,
             topic = self.topic,
             queues = self.queues,
+            takeover_after_ms = TAKEOVER_AFTER.as_millis(),
         );
         std::fs::write(path, toml)
     }

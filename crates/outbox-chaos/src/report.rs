@@ -111,7 +111,7 @@ mod tests {
             BTreeMap::from([(FaultKind::BrokerKill, Tally { injected: 1, unrecovered: 1, ..Default::default() })]);
         let (text, passed) = render("run", &tallies, &Verdict::default(), None);
         assert!(!passed);
-        assert!(text.contains("| broker SIGKILL | 1 | 0.0 s | 1 | 0 | 0 |"), "{text}");
+        assert!(text.contains("| broker-a SIGKILL | 1 | 0.0 s | 1 | 0 | 0 |"), "{text}");
     }
 
     #[test]

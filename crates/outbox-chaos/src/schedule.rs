@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::relay_config::TAKEOVER_AFTER;
 use crate::rng::Rng;
 
 /// Every fault the harness can inject.
@@ -13,14 +14,20 @@ pub enum FaultKind {
     RelayKill,
     /// SIGSTOP of the leader for longer than its lease, then SIGCONT.
     RelayPause,
-    /// SIGKILL of the RocketMQ broker, restarted after a moment.
+    /// SIGKILL of broker-a of the two RocketMQ brokers, restarted after a moment.
     BrokerKill,
+    /// SIGKILL of broker-b, the other broker of the cluster, restarted after a while:
+    /// its queues wait, the other broker's keep flowing.
+    BrokerBKill,
     /// SIGKILL of the NameServer, restarted after a moment.
     NamesrvRestart,
     /// SIGKILL of the MariaDB primary (mid-COMMIT for some writers), restarted.
     PrimaryKill,
     /// The source replica's SQL thread stopped for a while, then started.
     ReplicaSqlStop,
+    /// The source replica's SQL thread stopped for twice the sweep's takeover delay:
+    /// a replica lagging for longer than the relay would wait for a dead binlog path.
+    ReplicaLag,
     /// Every relay down while the source flushes and purges its binary logs.
     PurgeWhileDown,
     /// The leader killed and its RocksDB checkpoint directory deleted before restart.
@@ -32,13 +39,15 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::RelayKill,
         FaultKind::RelayPause,
         FaultKind::BrokerKill,
+        FaultKind::BrokerBKill,
         FaultKind::NamesrvRestart,
         FaultKind::PrimaryKill,
         FaultKind::ReplicaSqlStop,
+        FaultKind::ReplicaLag,
         FaultKind::PurgeWhileDown,
         FaultKind::CheckpointDeleted,
         FaultKind::Crowd,
@@ -49,10 +58,12 @@ impl FaultKind {
         match self {
             FaultKind::RelayKill => "relay SIGKILL",
             FaultKind::RelayPause => "relay SIGSTOP past lease",
-            FaultKind::BrokerKill => "broker SIGKILL",
+            FaultKind::BrokerKill => "broker-a SIGKILL",
+            FaultKind::BrokerBKill => "broker-b SIGKILL",
             FaultKind::NamesrvRestart => "nameserver restart",
             FaultKind::PrimaryKill => "primary SIGKILL",
             FaultKind::ReplicaSqlStop => "replica SQL thread stop",
+            FaultKind::ReplicaLag => "replica lag past takeover",
             FaultKind::PurgeWhileDown => "binlog purge, relays down",
             FaultKind::CheckpointDeleted => "RocksDB deleted",
             FaultKind::Crowd => "2nd+3rd relay at once",
@@ -68,8 +79,13 @@ impl FaultKind {
             FaultKind::RelayKill => 0..=3_000,
             FaultKind::RelayPause => lease + 1_000..=lease + 3_000,
             FaultKind::BrokerKill | FaultKind::PrimaryKill => 2_000..=6_000,
+            FaultKind::BrokerBKill => 5_000..=20_000,
             FaultKind::NamesrvRestart => 1_000..=4_000,
             FaultKind::ReplicaSqlStop => 2_000..=8_000,
+            FaultKind::ReplicaLag => {
+                let takeover = TAKEOVER_AFTER.as_millis() as u64;
+                2 * takeover..=2 * takeover + 5_000
+            }
             FaultKind::PurgeWhileDown => 2_000..=5_000,
             FaultKind::CheckpointDeleted => 0..=2_000,
             FaultKind::Crowd => 3_000..=8_000,

@@ -17,7 +17,10 @@ const UP_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
 pub(crate) enum StackProcess {
     Primary,
     NameServer,
+    /// broker-a of the cluster.
     Broker,
+    /// broker-b of the cluster.
+    BrokerB,
 }
 
 impl StackProcess {
@@ -26,6 +29,7 @@ impl StackProcess {
             StackProcess::Primary => "mariadb.pid",
             StackProcess::NameServer => "namesrv.pid",
             StackProcess::Broker => "broker.pid",
+            StackProcess::BrokerB => "broker-b.pid",
         }
     }
 }

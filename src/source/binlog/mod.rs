@@ -40,7 +40,7 @@ mod statement;
 mod xa;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use mysql_async::prelude::Queryable;
@@ -204,6 +204,7 @@ impl Reader {
     /// Counts and reports a lost position, then sweeps and moves on to `resume_at`.
     async fn position_lost(&self, reason: String, resume_at: &BinlogPosition) -> Result<(), PipelineClosed> {
         self.links.metrics.position_lost.inc();
+        self.links.watermark.forget_takeover();
         self.links.health.problem(
             Part::BinlogSource,
             format!("binlog source: position lost ({reason}); sweeping every PENDING row, then tailing again"),
@@ -246,9 +247,7 @@ impl Reader {
         let (done, swept) = oneshot::channel();
         self.links.sweeps.send(FullSweep { reason, done }).await.map_err(|_| PipelineClosed)?;
         swept.await.map_err(|_| PipelineClosed)?;
-        let mut end = from.clone();
-        end.commit_time = end.commit_time.or(Some(unix_now()));
-        self.links.handoff.send(SourceTx::binlog(Vec::new(), end)).await
+        self.links.handoff.send(SourceTx::binlog(Vec::new(), from.clone())).await
     }
 
     /// Streams until something stops it; says how.
@@ -307,9 +306,12 @@ impl Reader {
                     self.hand_on(tx, position).await?;
                 }
                 Decoded::Heartbeat if decoder.open_events() == 0 => {
-                    // Read up to the end: the binlog path has seen everything committed until now.
-                    let mut end = unflushed.take().unwrap_or_else(|| position.clone());
-                    end.commit_time = Some(unix_now());
+                    // Read up to the end of what the server has: the position moves on,
+                    // but its commit time stays that of the last transaction read. An
+                    // idle stream from a replica that stopped applying has not passed
+                    // what the primary committed since; the leader's lease renewals
+                    // keep real commits, with the primary's clock, coming while idle.
+                    let end = unflushed.take().unwrap_or_else(|| position.clone());
                     self.read_through(Some(&end));
                     unflushed = Some(end);
                     flush_now = true;
@@ -457,10 +459,4 @@ impl From<DecodeError> for Retry {
     fn from(error: DecodeError) -> Self {
         Retry::Operator(error.to_string())
     }
-}
-
-/// Seconds since the Unix epoch on this host's clock.
-fn unix_now() -> u32 {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    u32::try_from(secs).unwrap_or(u32::MAX)
 }

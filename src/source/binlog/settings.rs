@@ -263,8 +263,17 @@ fn gtid(facts: &SourceFacts) -> Finding {
 /// survive.
 fn binlog_expiry(facts: &SourceFacts, expected: &Expected) -> Finding {
     let allowed = expected.max_downtime.as_secs();
-    let Some(expiry) = expiry_secs(facts) else {
-        return Finding::ok(Group::Source, "binlog expiry", "never (binlogs are not purged automatically)");
+    let expiry = match expiry_secs(facts) {
+        Ok(Some(expiry)) => expiry,
+        Ok(None) => return Finding::ok(Group::Source, "binlog expiry", "never (binlogs are not purged automatically)"),
+        Err(unreadable) => {
+            return Finding::fail(
+                Group::Source,
+                "binlog expiry",
+                format!("cannot be read: {unreadable}"),
+                "check the source's binlog_expire_logs_seconds and expire_logs_days (SELECT @@GLOBAL...): the relay cannot tell how long it may be down",
+            )
+        }
     };
     if expiry >= allowed {
         return Finding::ok(
@@ -282,23 +291,44 @@ fn binlog_expiry(facts: &SourceFacts, expected: &Expected) -> Finding {
 }
 
 /// Seconds after which the source purges binlogs; `None` when it never does.
-fn expiry_secs(facts: &SourceFacts) -> Option<u64> {
+fn expiry_secs(facts: &SourceFacts) -> Result<Option<u64>, String> {
     expiry_from(facts.value("binlog_expire_logs_seconds"), facts.value("expire_logs_days"))
 }
 
 /// The expiry the two settings give, as the server reads them: seconds where set
-/// (MySQL 8, MariaDB 10.6+), else days (fractions on MariaDB); `None`: never.
-pub(crate) fn expiry_from(seconds: &str, days: &str) -> Option<u64> {
-    let seconds = seconds.trim().parse::<u64>().unwrap_or(0);
-    let days = days.trim().parse::<f64>().unwrap_or(0.0);
+/// (MySQL 8, MariaDB 10.6+), else days (fractions on MariaDB); `None`: never. A
+/// setting the server lacks is empty; one that is not a number is an error naming it,
+/// never read as "never purges".
+pub(crate) fn expiry_from(seconds: &str, days: &str) -> Result<Option<u64>, String> {
+    let seconds = number_or_absent::<u64>("binlog_expire_logs_seconds", seconds)?;
+    let days = number_or_absent::<f64>("expire_logs_days", days)?;
     let from_days = (days * 86_400.0).round() as u64;
-    [seconds, from_days].into_iter().find(|&s| s > 0)
+    Ok([seconds, from_days].into_iter().find(|&s| s > 0))
+}
+
+/// `value` as a number; 0 when the server has no such setting (empty).
+fn number_or_absent<T: std::str::FromStr + Default>(name: &str, value: &str) -> Result<T, String> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(T::default());
+    }
+    value.parse().map_err(|_| format!("{name} = {value:?} is not a number"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::check::Level;
+
+    #[test]
+    fn an_expiry_that_is_not_a_number_is_an_error_never_never() {
+        assert_eq!(expiry_from("604800", ""), Ok(Some(604_800)));
+        assert_eq!(expiry_from("0", "0.5"), Ok(Some(43_200)));
+        assert_eq!(expiry_from("0", "0"), Ok(None));
+        assert_eq!(expiry_from("", ""), Ok(None), "a server without either setting never purges");
+        let error = expiry_from("a week", "").expect_err("not a number");
+        assert!(error.contains("binlog_expire_logs_seconds") && error.contains("a week"), "{error}");
+    }
 
     /// A MariaDB replica set up as the relay wants it.
     fn good() -> Vec<(&'static str, &'static str)> {

@@ -59,7 +59,8 @@ fn bytes_after_in(sizes: &[(String, u64)], file: &str, pos: u64) -> Option<u64> 
 pub async fn expire_seconds(conn: &mut Conn) -> Result<u64, mysql_async::Error> {
     let seconds = variable(conn, "binlog_expire_logs_seconds").await?;
     let days = variable(conn, "expire_logs_days").await?;
-    Ok(expiry_from(&seconds, &days).unwrap_or(0))
+    let expiry = expiry_from(&seconds, &days).map_err(|unreadable| mysql_async::Error::Other(unreadable.into()))?;
+    Ok(expiry.unwrap_or(0))
 }
 
 /// A global variable as text; empty on a server without it.

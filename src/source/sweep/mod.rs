@@ -26,7 +26,7 @@ use crate::health::{Health, Part};
 use crate::lanes::HeldKeys;
 use crate::metrics::{FailReason, RelayMetrics};
 use crate::source::{Handoff, Origin, SourceTx};
-use crate::store::{ClaimStore, Claimed, Cutoff, Flushed, Malformed, StatusStore, WriteBacks};
+use crate::store::{ClaimStore, Claimed, Cutoff, Flushed, KeyUpTo, Malformed, StatusStore, Unwritten, WriteBacks};
 
 pub use watermark::Watermark;
 
@@ -36,6 +36,11 @@ pub const TAKEOVER_PERIOD: Duration = Duration::from_secs(1);
 const FENCE_ROWS: usize = 10_000;
 /// The longest a sweep waits for the SENT write-backs queued before it.
 const WRITE_BACK_WAIT: Duration = Duration::from_secs(30);
+/// How often, while keys are held, the sweep looks for a manual action that may have
+/// freed them (one read of the audit table's newest id).
+const RELEASE_CHECK: Duration = Duration::from_secs(1);
+/// Held keys per claim of the rows they left behind.
+const RELEASE_KEYS: usize = 100;
 
 /// What the sweep does, and when.
 #[derive(Debug, Clone)]
@@ -73,15 +78,16 @@ pub struct Sweeper {
     /// Where rows that cannot be read as events are marked FAILED.
     pub status: StatusStore,
     /// Keys whose events wait behind an earlier one, brought in line with the table
-    /// every period.
+    /// every period and after every manual action.
     pub held: HeldKeys,
-    /// Whether a FAILED row holds its key (`failed_key_policy = "hold"`).
-    pub hold_failed: bool,
     /// Rows seen waiting, to be claimed once the binlog path has passed them.
     pub fence: Option<Fence>,
     /// The SENT writer's queue: flushed before each binlog-mode sweep, so rows the
     /// broker has acknowledged are SENT in the table, not claimed and sent again.
     pub write_backs: WriteBacks,
+    /// Rows whose SENT write-back did not land: the ones this relay claimed are put
+    /// back to PENDING (within a second), so they are published again.
+    pub unwritten: Unwritten,
 }
 
 /// Rows the sweep saw waiting at `at` (database clock): it claims them only after the
@@ -122,9 +128,17 @@ impl Sweeper {
         tracing::info!(batch = self.settings.batch, "sweeping every {:?}", self.settings.interval);
         let mut next = tokio::time::Instant::now();
         let watermark = self.settings.binlog.as_ref().map(|guard| Arc::clone(&guard.watermark));
+        let mut release_check = tokio::time::interval(RELEASE_CHECK);
+        let mut last_action = None;
         loop {
             tokio::select! {
                 Some(request) = self.requests.recv() => self.full_sweep(request).await,
+                _ = release_check.tick() => {
+                    self.put_back_unwritten().await;
+                    if !self.after_manual_action(&mut last_action).await {
+                        return;
+                    }
+                }
                 () = tokio::time::sleep_until(next) => {
                     if !self.periodic().await {
                         return;
@@ -155,7 +169,9 @@ impl Sweeper {
             self.settle_write_backs().await;
         }
         self.reclaim().await;
-        self.refresh_held().await;
+        if !self.release_held().await {
+            return false;
+        }
         let swept = match self.claim_all(&claim).await {
             Ok(()) => self.note_fence(fence_behind.as_ref()).await.map_err(Stop::Database),
             Err(stop) => Err(stop),
@@ -222,9 +238,73 @@ impl Sweeper {
         Ok(())
     }
 
-    /// Brings the held keys in line with the table: every key with a FAILED row is
-    /// held (hold policy); a key with nothing unsent left at or below what it waits
-    /// for is released.
+    /// Puts this relay's claimed rows whose SENT write-back did not land back to
+    /// PENDING; when the primary does not answer, they are tried again next time.
+    async fn put_back_unwritten(&self) {
+        let ids = self.unwritten.take();
+        if ids.is_empty() {
+            return;
+        }
+        match self.claims.release_ids(&ids).await {
+            Ok(rows) => tracing::info!(
+                rows,
+                of = ids.len(),
+                "claimed rows whose SENT write-back did not land are PENDING again: the sweep publishes them again"
+            ),
+            Err(error) => {
+                tracing::warn!(%error, rows = ids.len(), "cannot put back claimed rows whose SENT write-back did not land; trying again in a second");
+                self.unwritten.add(ids);
+            }
+        }
+    }
+
+    /// While keys are held: after a manual action (an operator skipped or requeued
+    /// what they wait for), releases them at once instead of at the next period.
+    /// `false` when the pipeline has stopped.
+    async fn after_manual_action(&mut self, seen: &mut Option<u64>) -> bool {
+        if self.held.len() == 0 {
+            return true;
+        }
+        let action = match self.claims.last_manual_action().await {
+            Ok(action) => action,
+            Err(error) => {
+                tracing::warn!(%error, "sweep: cannot read the audit table for manual actions; held keys are released at the next period");
+                return true;
+            }
+        };
+        if std::mem::replace(seen, action) == action {
+            return true;
+        }
+        if self.settings.binlog.is_some() {
+            // A row of a held key sent just before the hold may await its write-back.
+            self.settle_write_backs().await;
+        }
+        self.release_held().await
+    }
+
+    /// Brings the held keys in line with the table, then claims the rows they left
+    /// behind that nothing holds back any more (the row they waited for was delivered,
+    /// skipped or requeued): those rows have passed the binlog path already, so they
+    /// need not wait for its progress. `false` when the pipeline has stopped.
+    async fn release_held(&mut self) -> bool {
+        self.refresh_held().await;
+        let held: Vec<KeyUpTo> = self
+            .held
+            .snapshot()
+            .into_iter()
+            .map(|((topic, biz_key), waiting)| KeyUpTo { topic, biz_key, up_to: waiting.up_to })
+            .collect();
+        for keys in held.chunks(RELEASE_KEYS) {
+            if let Err(stop) = self.claim_all(&Cutoff::Behind(keys.to_vec())).await {
+                return self.claim_failed(&stop);
+            }
+        }
+        true
+    }
+
+    /// Brings the held keys in line with the table: every key with a FAILED row (hold
+    /// policy) or a booked retry is held; a key with nothing unsent left at or below
+    /// what it waits for is released.
     async fn refresh_held(&self) {
         if let Err(error) = self.sync_held().await {
             tracing::warn!(%error, "sweep: cannot read which keys wait behind earlier events; the next sweep tries again");
@@ -232,10 +312,8 @@ impl Sweeper {
     }
 
     async fn sync_held(&self) -> Result<(), mysql_async::Error> {
-        if self.hold_failed {
-            for (topic, biz_key, id) in self.claims.failed_keys().await? {
-                self.held.hold((topic, biz_key), id);
-            }
+        for KeyUpTo { topic, biz_key, up_to } in self.claims.held_keys().await? {
+            self.held.hold((topic, biz_key), up_to);
         }
         for ((topic, biz_key), waiting) in self.held.snapshot() {
             if !self.claims.key_waits(&topic, &biz_key, waiting.up_to).await? {
@@ -288,6 +366,10 @@ impl Sweeper {
             self.fail_malformed(&malformed).await.map_err(Stop::Database)?;
             if let Some(first) = events.first() {
                 self.metrics.swept.inc_by(claimed as u64);
+                if let (Cutoff::OlderThan(_), Some(guard)) = (cutoff, &self.settings.binlog) {
+                    // A takeover: the binlog path skips these when it catches up.
+                    guard.watermark.swept_in_takeover(events.iter().map(|e| e.id));
+                }
                 tracing::debug!(claimed, first_id = first.id, "sweep claimed rows");
                 let batch = SourceTx { events, origin: Origin::Sweep { retry_counts } };
                 self.handoff.send(batch).await.map_err(|_| Stop::PipelineClosed)?;

@@ -1,23 +1,35 @@
 //! What the sweep may take in binlog mode without racing the binlog path.
 //!
 //! A row the binlog path will still deliver should be left to it, or it is sent
-//! twice. The binlog path's progress is the commit time of the newest acknowledged
-//! transaction (or of the heartbeat that showed the stream idle): every row created
-//! before it was committed before it, so it has been seen. The sweep takes rows
-//! created more than `sweep.grace` before that time; the grace covers clock skew
-//! between the relay and the database (rows acknowledged but still being written back
-//! as SENT the sweep waits for itself, through the write-back queue).
+//! twice. The binlog path's progress is the commit time, on the primary's clock, of
+//! the newest acknowledged transaction (any transaction: the leader's lease renewals
+//! keep them coming while the outbox is idle): every row created before it was
+//! committed before it, so it has been seen. The sweep takes rows created more than
+//! `sweep.grace` before that time; the grace covers the second-granularity of commit
+//! times and transactions open for a while (rows acknowledged but still being written
+//! back as SENT the sweep waits for itself, through the write-back queue).
 //! While the binlog path is down longer than `sweep.takeover_after`, its progress
 //! stops meaning anything and the sweep takes everything older than the grace; when
-//! it is down for a cause only a person can fix, the sweep takes over at once.
+//! it is down for a cause only a person can fix, the sweep takes over at once. The
+//! rows it claims then are remembered here: the binlog path, catching up, meets them
+//! again and skips them instead of publishing them twice (within this process; after
+//! a restart in between they may be published twice, which consumers deduplicate).
+//!
+//! A replica that stops applying is not a binlog path that is down: its stream stays
+//! open and idle, its progress stays at the last commit it applied (the primary's
+//! commit time), and the sweep waits for it.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
 use crate::store::Cutoff;
+
+/// Most row ids swept during takeovers that are remembered for the binlog path to skip.
+const TAKEN_OVER_MAX: usize = 1_000_000;
 
 /// The binlog path's progress, shared by the reader, the coordinator and the sweep.
 #[derive(Debug)]
@@ -29,6 +41,10 @@ pub struct Watermark {
     /// Wakes the sweep when an outage begins, so its takeover does not wait for
     /// the next slow period.
     outage_began: Notify,
+    /// Ids of rows the sweep claimed during a takeover that the binlog path has not met yet.
+    taken_over: Mutex<HashSet<u64>>,
+    /// Whether `taken_over` holds any id: the binlog path's every event asks.
+    any_taken_over: AtomicBool,
 }
 
 /// An outage of the binlog path.
@@ -42,7 +58,46 @@ struct Outage {
 impl Watermark {
     /// Starts from the checkpoint's commit time, if it has one.
     pub fn new(acked: Option<u32>) -> Self {
-        Self { acked: AtomicU32::new(acked.unwrap_or(0)), down: Mutex::new(None), outage_began: Notify::new() }
+        Self {
+            acked: AtomicU32::new(acked.unwrap_or(0)),
+            down: Mutex::new(None),
+            outage_began: Notify::new(),
+            taken_over: Mutex::default(),
+            any_taken_over: AtomicBool::new(false),
+        }
+    }
+
+    /// The sweep claimed `ids` while it had taken over from the binlog path. Ids the
+    /// binlog path never meets again (it had sent them before it went down) stay until
+    /// [`TAKEN_OVER_MAX`] are remembered; then all of it is forgotten (those rows,
+    /// if met after all, are published once more).
+    pub fn swept_in_takeover(&self, ids: impl IntoIterator<Item = u64>) {
+        let mut taken = self.taken_over.lock().unwrap_or_else(PoisonError::into_inner);
+        if taken.len() > TAKEN_OVER_MAX {
+            tracing::warn!(remembered = taken.len(), "the rows swept during binlog outages are too many to remember: forgetting them; the binlog path may publish some of them once more");
+            taken.clear();
+        }
+        taken.extend(ids);
+        self.any_taken_over.store(!taken.is_empty(), Ordering::Release);
+    }
+
+    /// Whether the binlog path's event `id` was claimed by the sweep during a takeover
+    /// (and so is already sent or being sent); it is forgotten once asked for.
+    pub fn swept_already(&self, id: u64) -> bool {
+        if !self.any_taken_over.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut taken = self.taken_over.lock().unwrap_or_else(PoisonError::into_inner);
+        let met = taken.remove(&id);
+        self.any_taken_over.store(!taken.is_empty(), Ordering::Release);
+        met
+    }
+
+    /// The binlog path resumes where it will not meet the rows swept during a takeover
+    /// (a lost position, tailed again from the current one): forget them.
+    pub fn forget_takeover(&self) {
+        self.taken_over.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        self.any_taken_over.store(false, Ordering::Release);
     }
 
     /// The pipeline acknowledged everything up to a commit at `commit_time`. Release:
@@ -153,6 +208,18 @@ mod tests {
         w.acknowledged(1_001);
         assert!(w.passed(1_000.4));
         assert!(!w.passed(1_001.0));
+    }
+
+    #[test]
+    fn rows_swept_in_a_takeover_are_skipped_once_by_the_binlog_path() {
+        let w = Watermark::new(Some(1_000));
+        assert!(!w.swept_already(7), "nothing taken over");
+        w.swept_in_takeover([7, 8]);
+        assert!(w.swept_already(7));
+        assert!(!w.swept_already(7), "met once, then forgotten");
+        assert!(!w.swept_already(9));
+        w.forget_takeover();
+        assert!(!w.swept_already(8), "forgotten after a lost position");
     }
 
     #[test]

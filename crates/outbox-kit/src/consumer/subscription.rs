@@ -20,6 +20,8 @@ pub struct Delivery {
     pub body: Bytes,
     /// The producer's message id (`UNIQ_KEY`).
     pub msg_id: String,
+    /// The broker that stored it: with several brokers, a queue is (broker, queue id).
+    pub broker_name: String,
     pub queue_id: i32,
     pub queue_offset: i64,
     /// Above 0 for a redelivery: under [`Consumption::Orderly`] the number of times
@@ -47,6 +49,7 @@ impl Delivery {
             keys,
             body: message.body().unwrap_or_default(),
             msg_id: property("UNIQ_KEY"),
+            broker_name: message.broker_name().to_owned(),
             queue_id: message.queue_id(),
             queue_offset: message.queue_offset(),
             reconsume_times: message.reconsume_times(),
