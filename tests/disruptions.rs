@@ -310,8 +310,9 @@ impl Drop for BrokerOutage {
 }
 
 /// One broker of the two down for 30 s under load on 50 keys: the keys of the other
-/// broker's queues keep flowing; a relay killed and restarted meanwhile starts from its
-/// pinned layout, says which broker it waits for, and holds only that broker's queues;
+/// broker's queues keep flowing; the relay killed meanwhile and a successor started
+/// without its local checkpoint (as on another host) start from the layout pinned in
+/// the mirror row, say which broker they wait for, and hold only that broker's queues;
 /// once the broker is back it is used within 5 s and everything arrives, in per-key
 /// order, nothing FAILED.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -337,10 +338,13 @@ async fn one_broker_down_holds_only_its_queues_even_across_a_relay_restart() {
     .await;
     assert!(relay.metric(held_lanes) > 0.0, "the held lanes are counted under broker-b");
 
+    // The successor starts without the local checkpoint, as a standby on another host
+    // would: the layout comes from the mirror row.
     relay.kill();
-    let mut relay = RelayProcess::start(&stack, &options);
+    let successor = RelayOptions { checkpoint_dir: std::env::temp_dir().join(unique("relay-ckpt")), ..options };
+    let mut relay = RelayProcess::start(&stack, &successor);
     let body = relay.wait_readiness_with(false, "broker broker-b", Duration::from_secs(60)).await;
-    assert!(body.contains(r#""role":"leader""#), "the restarted relay leads and names the broker: {body}");
+    assert!(body.contains(r#""role":"leader""#), "the successor leads and names the broker: {body}");
     let sent_then = outbox.count_status(RowStatus::Sent).await;
     eventually("the restarted relay sends to broker-a", Duration::from_secs(30), || async {
         (outbox.count_status(RowStatus::Sent).await >= sent_then + 50).then_some(())
@@ -370,34 +374,6 @@ async fn one_broker_down_holds_only_its_queues_even_across_a_relay_restart() {
     collector.shutdown().await;
 }
 
-/// The replica's SQL thread stopped, started again when dropped (even when the test failed).
-struct ReplicaStopped;
-
-impl ReplicaStopped {
-    fn begin() -> Self {
-        replica_sql("STOP SLAVE SQL_THREAD");
-        ReplicaStopped
-    }
-}
-
-impl Drop for ReplicaStopped {
-    fn drop(&mut self) {
-        replica_sql("START SLAVE SQL_THREAD");
-    }
-}
-
-/// Runs `statement` as root on the replica the relay reads.
-fn replica_sql(statement: &str) {
-    let socket = stack_path("replica/mariadb.sock");
-    let status = Command::new("mariadb")
-        .args(["--no-defaults", "-uroot", "-S"])
-        .arg(&socket)
-        .args(["-e", statement])
-        .status()
-        .expect("run the mariadb client");
-    assert!(status.success(), "{statement} on the replica failed");
-}
-
 /// The replica stops applying for twice the takeover delay under load. Its binlog
 /// stream stays open and idle, so nothing says the binlog path passed the rows the
 /// primary committed meanwhile: the sweep waits instead of publishing them ahead of
@@ -419,7 +395,7 @@ async fn a_replica_that_stops_applying_delays_events_and_never_doubles_them() {
     relay.wait_ready().await;
     let load = Load::started(&outbox, &events, 20, 50).await;
 
-    let stopped = ReplicaStopped::begin();
+    let stopped = SqlThreadStopped::begin(&stack).await;
     let since = tokio::time::Instant::now();
     let body = relay.wait_readiness_with(false, "behind its primary", Duration::from_secs(30)).await;
     assert!(body.contains("replication is stopped"), "/readyz names the cause: {body}");
@@ -649,7 +625,7 @@ async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
     let mut relay = RelayProcess::start(&stack, &options);
     relay.wait_ready().await;
 
-    // Idle: the heartbeat keeps the lags near zero; the source keeps binlogs a day.
+    // Idle: the lease renewals keep the lags near zero; the source keeps binlogs a day.
     eventually("idle lags near zero", Duration::from_secs(20), || async {
         let lags = [
             relay.metric("relay_binlog_lag_seconds"),
@@ -756,19 +732,26 @@ async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
     let sent_rows = relay.metric("outbox_rows{status=\"sent\"}");
     assert!(sent_rows >= written as f64, "the first count after the start sees the SENT rows: {sent_rows}");
 
-    // The replica stops applying: its lag grows, the sweep delivers from the primary.
+    // The replica stops applying: its lag and the binlog lag grow, readiness says why,
+    // and the sweep waits for the replica rather than publish ahead of the binlog path;
+    // once it applies again, the binlog path delivers.
     let swept_before = relay.metric("relay_events_published_total{path=\"sweep\"}");
     let stopped = SqlThreadStopped::begin(&stack).await;
     outbox.insert_tx(&events.rows("replica", 0..20)).await;
-    eventually("the replica's lag growing", Duration::from_secs(30), || async {
-        (relay.metric("relay_source_replica_lag_seconds") >= 3.0).then_some(())
+    eventually("the replica's lag growing, named by /readyz", Duration::from_secs(30), || async {
+        let lagging = relay.metric("relay_source_replica_lag_seconds") >= 3.0
+            && relay.metric("relay_binlog_lag_seconds") >= 3.0
+            && relay.readyz().is_some_and(|body| body.contains("behind its primary"));
+        lagging.then_some(())
     })
     .await;
-    eventually("the sweep delivering what the replica has not applied", Duration::from_secs(60), || async {
-        (relay.metric("relay_events_published_total{path=\"sweep\"}") >= swept_before + 20.0).then_some(())
-    })
-    .await;
+    assert_eq!(
+        relay.metric("relay_events_published_total{path=\"sweep\"}"),
+        swept_before,
+        "the sweep waits for a lagging replica"
+    );
     drop(stopped);
+    all_sent(&outbox, written + 50, Duration::from_secs(60)).await;
     eventually("the replica caught up again", Duration::from_secs(30), || async {
         (relay.metric("relay_source_replica_lag_seconds") < 2.0).then_some(())
     })

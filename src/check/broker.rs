@@ -3,6 +3,7 @@
 //! the same `pinned_queues`), and the broker of one of them answers. Nothing is
 //! sent: reaching the broker reads a queue's offset.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::{one_line, Finding, Group};
@@ -111,7 +112,7 @@ pub(super) async fn findings(config: &Config) -> Vec<Finding> {
     std::iter::once(reachable).chain(topics).collect()
 }
 
-/// Asks the broker of `topic`'s first queue for that queue's offset.
+/// Asks every broker of `topic`'s route for the offset of a queue of it.
 async fn reach(producer: &Producer, namesrv: &str, topic: &str) -> Finding {
     let failed = |found: String| {
         Finding::fail(
@@ -121,11 +122,26 @@ async fn reach(producer: &Producer, namesrv: &str, topic: &str) -> Finding {
             "start the broker, or make the address it registers (brokerIP1) reachable from this host",
         )
     };
-    match tokio::time::timeout(ANSWER_WITHIN, producer.reach(topic)).await {
-        Ok(Ok(())) => {
-            Finding::ok(Group::Broker, "reachable", format!("NameServer {namesrv} and the broker of {topic} answered"))
+    let asked = async {
+        let route = producer.live_queues(topic).await;
+        let route = route.map_err(|error| format!("the route of {topic} cannot be read: {}", one_line(error)))?;
+        let brokers: BTreeSet<String> = route.iter().map(|queue| queue.broker_name().to_string()).collect();
+        for broker in &brokers {
+            let reached = producer.reach(topic, broker).await;
+            reached.map_err(|error| format!("broker {broker} of {topic} does not answer: {}", one_line(error)))?;
         }
-        Ok(Err(error)) => failed(format!("the broker of {topic} does not answer: {}", one_line(error))),
-        Err(_) => failed(format!("the broker of {topic} did not answer within {ANSWER_WITHIN:?}")),
+        Ok::<_, String>(brokers)
+    };
+    match tokio::time::timeout(ANSWER_WITHIN, asked).await {
+        Ok(Ok(brokers)) => Finding::ok(
+            Group::Broker,
+            "reachable",
+            format!(
+                "NameServer {namesrv} and the brokers of {topic} ({}) answered",
+                brokers.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+        ),
+        Ok(Err(found)) => failed(found),
+        Err(_) => failed(format!("the brokers of {topic} did not answer within {ANSWER_WITHIN:?}")),
     }
 }

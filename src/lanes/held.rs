@@ -16,6 +16,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::store::KeyUpTo;
+
 /// (topic, biz_key) of a held key.
 pub type HeldKey = (String, String);
 
@@ -81,9 +83,20 @@ impl HeldKeys {
         }
     }
 
+    /// Holds every key of `keys` behind its row (see [`HeldKeys::hold`]).
+    pub fn hold_all(&self, keys: impl IntoIterator<Item = KeyUpTo>) {
+        for KeyUpTo { topic, biz_key, up_to } in keys {
+            self.hold((topic, biz_key), up_to);
+        }
+    }
+
     /// How many keys are held.
     pub fn len(&self) -> usize {
         self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<HeldKey, Waiting>> {

@@ -13,16 +13,15 @@
 //!   until the bad events are alone; each fails by itself, the others go out;
 //! - unknown: binlog events are retried in place with exponential backoff and fail
 //!   after `max_retry` retries; swept rows book their retry in the table instead, so
-//!   one bad row cannot hold its queue. An unknown answer of the broker that no queue
-//!   of that broker has got past since the batch began failing is the broker's
-//!   trouble, not the event's: it is held like an outage.
+//!   one bad row cannot hold its queue. An unknown answer of the broker that more
+//!   than one of its queues got since its last confirmed send is the broker's
+//!   trouble, not an event's: it is held like an outage.
 //!
 //! With `failed_key_policy = "hold"`, an event whose key has a FAILED event is not
 //! sent: it stays PENDING until an operator releases the key. Every event ends in
 //! exactly one report.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +30,7 @@ use rocketmq_model::common::message::message_queue::MessageQueue;
 use tokio::sync::mpsc;
 
 use super::held::{HeldKeys, Verdict};
+use super::outage::OutageFlag;
 use super::outcome::{Attempts, LaneEvent};
 use super::recorder::Recorder;
 use crate::backoff::{Backoff, NextAttempt};
@@ -95,37 +95,6 @@ pub struct Lane {
     pub term: Term,
     /// Whether an outage holds this lane now, counted in its broker's gauge.
     pub outage: OutageFlag,
-}
-
-/// A lane held by an outage, counted once in its broker's gauge of held lanes until
-/// a send is confirmed again (or the lane ends).
-pub struct OutageFlag {
-    on: AtomicBool,
-    held_lanes: Gauge,
-}
-
-impl OutageFlag {
-    pub fn new(held_lanes: Gauge) -> Self {
-        Self { on: AtomicBool::new(false), held_lanes }
-    }
-
-    fn begin(&self) {
-        if !self.on.swap(true, Ordering::Relaxed) {
-            self.held_lanes.inc();
-        }
-    }
-
-    fn end(&self) {
-        if self.on.swap(false, Ordering::Relaxed) {
-            self.held_lanes.dec();
-        }
-    }
-}
-
-impl Drop for OutageFlag {
-    fn drop(&mut self) {
-        self.end();
-    }
 }
 
 /// How one attempt at a part of a batch ended.
@@ -257,7 +226,6 @@ impl Lane {
         };
         let mut outages = 0u32;
         let mut unknown = 0u32;
-        let failing_since = std::time::Instant::now();
         loop {
             if !self.term.is_current() {
                 // Deposed: another instance may publish now; these events stay unacknowledged.
@@ -270,7 +238,7 @@ impl Lane {
                 }
                 Err(error) => error,
             };
-            let class = error.class_on_broker(self.publisher.confirmed_since(self.queue.broker_name(), failing_since));
+            let class = self.class_of(&error);
             self.metrics.retry(class);
             let go_on = match class {
                 ErrorClass::Event => return self.event_failure(part, &error).await,
@@ -325,7 +293,7 @@ impl Lane {
     async fn wait_out_outage(&self, error: &PublishError, attempt: u32) -> bool {
         let mut renewals = self.publisher.renewals();
         if error.unreachable() {
-            self.publisher.unreachable();
+            self.publisher.unreachable(self.queue.broker_name());
         }
         self.outage.begin();
         self.health.problem(
@@ -374,6 +342,17 @@ impl Lane {
             hold_keys(&self.held, &part);
         }
         PartEnd::Done
+    }
+
+    /// What a failed send says, judged by its scope: an answer of unknown class that
+    /// more than one queue of this lane's broker got since the broker's last confirmed
+    /// send is the broker's trouble (see `PublishError::class_on_broker`).
+    fn class_of(&self, error: &PublishError) -> ErrorClass {
+        let refusing = match error.class() {
+            ErrorClass::Unknown => self.publisher.refused(self.queue.broker_name(), self.queue.queue_id()),
+            _ => 0,
+        };
+        error.class_on_broker(refusing)
     }
 
     /// This lane's name in the health record.

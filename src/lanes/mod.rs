@@ -4,10 +4,12 @@
 
 mod held;
 mod lane;
+mod outage;
 mod outcome;
 mod recorder;
 
 pub(crate) use held::HeldKeys;
-pub(crate) use lane::{run_failing, Lane, LaneInput, LaneSettings, OutageFlag};
+pub(crate) use lane::{run_failing, Lane, LaneInput, LaneSettings};
+pub(crate) use outage::OutageFlag;
 pub(crate) use outcome::{Attempts, LaneEvent, LaneReport, Outcome};
 pub(crate) use recorder::Recorder;

@@ -20,10 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::outcome::{LaneEvent, LaneReport, Outcome};
 use crate::backoff::Backoff;
 use crate::metrics::{FailReason, Path, RelayMetrics, WriteMiss};
-use crate::store::{ClaimStore, RowKey, StatusStore};
-
-/// Row ids a log line names at most.
-const IDS_LOGGED: usize = 20;
+use crate::store::{ClaimStore, RowKey, StatusStore, IDS_LOGGED};
 
 /// The lanes' way to record outcomes; cheap to clone.
 #[derive(Clone)]

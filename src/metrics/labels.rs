@@ -124,26 +124,39 @@ label_value!(FailReason);
 /// Why a row of the outbox was not changed as a write meant to change it.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 pub enum WriteMiss {
-    /// A SENT write-back changed fewer rows than it was given (already SENT or
-    /// SKIPPED, no longer ours, or the leader term ended).
+    /// A SENT write-back found the row SENT or SKIPPED already: an event published
+    /// again after a restart or a takeover. Expected; not alerted on.
+    SentAlready,
+    /// A SENT write-back left a row unsent (no longer this relay's, or its leader
+    /// term ended): it is published again.
     SentUnchanged,
     /// A SENT write-back failed every attempt.
     SentGaveUp,
     /// A SENT write-back panicked (a bug; the relay stops).
     SentPanicked,
+    /// The SENT writer had stopped (the pipeline is stopping).
+    SentWriterStopped,
     /// A FAILED mark changed fewer rows than it was given.
     FailedUnchanged,
 }
 
 impl WriteMiss {
-    pub const ALL: [WriteMiss; 4] =
-        [WriteMiss::SentUnchanged, WriteMiss::SentGaveUp, WriteMiss::SentPanicked, WriteMiss::FailedUnchanged];
+    pub const ALL: [WriteMiss; 6] = [
+        WriteMiss::SentAlready,
+        WriteMiss::SentUnchanged,
+        WriteMiss::SentGaveUp,
+        WriteMiss::SentPanicked,
+        WriteMiss::SentWriterStopped,
+        WriteMiss::FailedUnchanged,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
+            WriteMiss::SentAlready => "sent_already",
             WriteMiss::SentUnchanged => "sent_unchanged",
             WriteMiss::SentGaveUp => "sent_gave_up",
             WriteMiss::SentPanicked => "sent_panicked",
+            WriteMiss::SentWriterStopped => "sent_writer_stopped",
             WriteMiss::FailedUnchanged => "failed_unchanged",
         }
     }

@@ -64,6 +64,13 @@ enum TopicLanes {
     Failing { lane: LaneInput, until: Instant },
 }
 
+/// Logs the brokers of `topic`'s pinned `layout` that have no route now, if any.
+pub(super) fn warn_brokers_down(topic: &str, layout: &QueueLayout, down: &[String]) {
+    if !down.is_empty() {
+        tracing::warn!(topic, brokers = ?down, %layout, "brokers of the topic's pinned layout have no route now (down?): their queues wait for them, the others send");
+    }
+}
+
 /// Counters for the progress log.
 #[derive(Default)]
 struct Progress {
@@ -297,7 +304,7 @@ impl Coordinator {
             Queued::WriterGone => true,
         };
         if gone {
-            self.metrics.write_missed(WriteMiss::SentGaveUp, 1);
+            self.metrics.write_missed(WriteMiss::SentWriterStopped, 1);
             tracing::warn!(id, "the SENT writer has stopped: this row stays PENDING and is published again");
         }
     }
@@ -353,9 +360,7 @@ impl Coordinator {
             let error = match self.health.alive_while(lookup).await {
                 Ok(Resolved::Ready { layout, down }) => {
                     self.health.clear(&part);
-                    if !down.is_empty() {
-                        tracing::warn!(topic, brokers = ?down, %layout, "brokers of the pinned layout have no route now (down?): their queues wait for them, the others send");
-                    }
+                    warn_brokers_down(topic, &layout, &down);
                     return self.open_topic(topic, layout).await.map(Some);
                 }
                 Ok(Resolved::Incomplete { live, pinned }) => {

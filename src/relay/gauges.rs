@@ -101,6 +101,8 @@ pub async fn watch_source(
                 failing.once("the source's replication and binlog (grant REPLICATION CLIENT and, on MariaDB 10.5+, SLAVE MONITOR to the source user for these metrics)", &error);
                 metrics.source_replica_lag_seconds.set(f64::NAN);
                 metrics.binlog_behind_bytes.set(f64::NAN);
+                // Unknown now: an old lag is not kept as the reason the relay is not ready.
+                health.clear(&Part::ReplicaLag);
             }
         }
     }
@@ -114,7 +116,7 @@ fn report_lag(health: &Health, stands: Replication, lag: f64, limit: Duration) {
     }
     let how = match stands {
         Replication::Stopped => "its replication is stopped",
-        _ => "it is applying slowly",
+        Replication::Behind(_) | Replication::NotAReplica => "it is applying slowly",
     };
     health.problem(
         Part::ReplicaLag,

@@ -46,9 +46,7 @@ use crate::rocketmq::{ProducerSettings, PublishError, Publisher, QueueLayout, Re
 use crate::source::binlog::{Flavor, Reader, ReaderLinks, ReaderSettings};
 use crate::source::sweep::{BinlogGuard, SweepSettings, Sweeper, Watermark};
 use crate::source::{Budget, Handoff};
-use crate::store::{
-    check_migrated, ClaimStore, KeyUpTo, LeaseStore, Manual, SentStore, StatusStore, Unwritten, WriteBacks,
-};
+use crate::store::{check_migrated, ClaimStore, LeaseStore, Manual, SentStore, StatusStore, Unwritten, WriteBacks};
 use crate::supervise::Supervisor;
 use prometheus_client::metrics::gauge::Gauge;
 
@@ -275,9 +273,7 @@ async fn configured_topic_routed(
     match publisher.resolve(topic, pin.layout.as_ref(), Some(count)).await {
         Ok(Resolved::Ready { down, layout }) => {
             health.clear(&Part::Route(topic.to_owned()));
-            if !down.is_empty() {
-                tracing::warn!(topic, brokers = ?down, %layout, "brokers of the topic's pinned layout have no route now (down?): their queues wait, the others send");
-            }
+            coordinator::warn_brokers_down(topic, &layout, &down);
             Ok(true)
         }
         Ok(Resolved::Incomplete { live, pinned }) => {
@@ -567,10 +563,8 @@ async fn start_pipeline(
 /// a restart, a new term or a standby taking over holds exactly the same keys.
 async fn held_at_start(claims: &ClaimStore) -> Result<HeldKeys, mysql_async::Error> {
     let held = HeldKeys::default();
-    for KeyUpTo { topic, biz_key, up_to } in claims.held_keys().await? {
-        held.hold((topic, biz_key), up_to);
-    }
-    if held.len() > 0 {
+    held.hold_all(claims.held_keys().await?);
+    if !held.is_empty() {
         tracing::info!(keys = held.len(), "holding the keys the table says wait behind a FAILED row or a booked retry");
     }
     Ok(held)

@@ -10,12 +10,14 @@
 //! off the send path, and the checkpoint does not wait for it.
 //!
 //! Nothing it is given is dropped silently. A batch that still fails after a few
-//! attempts, or that changes fewer rows than it was given, is logged with its ids and
-//! counted (`relay_write_misses_total`), and its ids go to the sweep: rows the binlog
-//! path sent stay PENDING and rows the sweep claimed are put back to PENDING, so the
-//! sweep publishes them again (a duplicate, never a loss). A write that panics is a
-//! bug: it is logged and counted the same way, and stops the relay like any panicking
-//! task. A flush in the queue (the sweep's, before it claims) closes the batch it is
+//! attempts, or that leaves rows unsent (changed fewer rows than it was given, and the
+//! table shows them neither SENT nor SKIPPED), is logged with those ids and counted
+//! (`relay_write_misses_total`), and the ids go to the sweep: rows the binlog path sent
+//! stay PENDING and rows the sweep claimed are put back to PENDING, so the sweep
+//! publishes them again (a duplicate, never a loss). Rows found SENT already (an event
+//! published again after a restart) are only counted. A write that panics is a bug: it
+//! is logged and counted the same way, and stops the relay like any panicking task, as
+//! soon as it ends. A flush in the queue (the sweep's, before it claims) closes the batch it is
 //! found in and is answered when every write started before it has finished.
 
 use std::collections::HashMap;
@@ -28,14 +30,12 @@ use super::RelayError;
 use crate::backoff::Backoff;
 use crate::fault::{self, SentWriteFault};
 use crate::metrics::{RelayMetrics, WriteMiss};
-use crate::store::{Sent, SentConn, SentStore, Unwritten, WriteBack};
+use crate::store::{Sent, SentConn, SentStore, Unwritten, WriteBack, IDS_LOGGED};
 
 /// Most rows in one UPDATE.
 const MAX_BATCH: usize = 1_000;
 /// Attempts per batch before it is left to the sweep.
 const ATTEMPTS: u32 = 5;
-/// Row ids a log line names at most.
-const IDS_LOGGED: usize = 20;
 
 /// UPDATEs in flight at once, each on a connection of its own: the size of the
 /// writer's pool.
@@ -55,13 +55,36 @@ pub struct Misses {
 }
 
 impl Misses {
-    /// Counts and logs the rows of `batch` a write did not change, and hands their ids
-    /// to the sweep.
-    fn report(&self, miss: WriteMiss, batch: &[u64], rows: usize, why: &str) {
-        self.metrics.write_missed(miss, rows);
-        let ids = &batch[..batch.len().min(IDS_LOGGED)];
-        tracing::error!(miss = miss.name(), rows, batch = batch.len(), ?ids, "{why}");
-        self.unwritten.add(batch.iter().copied());
+    /// Counts and logs `missed`, the rows a write left unsent, and hands their ids to
+    /// the sweep.
+    fn report(&self, miss: WriteMiss, missed: &[u64], why: &str) {
+        self.metrics.write_missed(miss, missed.len());
+        let ids = &missed[..missed.len().min(IDS_LOGGED)];
+        tracing::error!(miss = miss.name(), rows = missed.len(), ?ids, "{why}");
+        self.unwritten.add(missed.iter().copied());
+    }
+
+    /// After a write that changed `changed` of `batch`'s rows: the rows it left unsent
+    /// are reported; rows SENT already are counted. When the table cannot be asked,
+    /// every row of the batch is reported (putting back a SENT row changes nothing).
+    async fn after_write(&self, store: &SentStore, batch: &[u64], changed: u64) {
+        let unchanged = batch.len().saturating_sub(usize::try_from(changed).unwrap_or(usize::MAX));
+        if unchanged == 0 {
+            return;
+        }
+        let why = "a SENT write-back left rows unsent (no longer this relay's, or its leader term ended): they are published again";
+        match store.unsent(batch).await {
+            Ok(unsent) => {
+                self.metrics.write_missed(WriteMiss::SentAlready, unchanged.saturating_sub(unsent.len()));
+                if !unsent.is_empty() {
+                    self.report(WriteMiss::SentUnchanged, &unsent, why);
+                }
+            }
+            Err(error) => {
+                let why = format!("{why} (which of the batch's rows could not be read: {error})");
+                self.report(WriteMiss::SentUnchanged, batch, &why);
+            }
+        }
     }
 }
 
@@ -86,12 +109,6 @@ impl Writes {
         Some(self.freed(ended))
     }
 
-    /// The slot of a write that has ended already, if any.
-    fn ended(&mut self) -> Option<Result<Slot, RelayError>> {
-        let ended = self.running.try_join_next_with_id()?;
-        Some(self.freed(ended))
-    }
-
     /// The slot a write gives back when it ends; a write that panicked is reported
     /// and stops the writer.
     fn freed(&mut self, ended: Result<(Id, Slot), JoinError>) -> Result<Slot, RelayError> {
@@ -104,7 +121,7 @@ impl Writes {
                 let batch = self.batches.remove(&error.id()).unwrap_or_default();
                 let why =
                     "a SENT write-back panicked: its rows stay PENDING or go back to PENDING and are published again";
-                self.misses.report(WriteMiss::SentPanicked, &batch, batch.len(), why);
+                self.misses.report(WriteMiss::SentPanicked, &batch, why);
                 let message = match error.try_into_panic() {
                     Ok(panic) => crate::supervise::panic_text(&panic),
                     Err(error) => error.to_string(),
@@ -116,12 +133,23 @@ impl Writes {
 }
 
 /// Writes every SENT row that arrives until the queue closes, then waits for the last;
-/// answers each flush once every write before it has finished.
+/// answers each flush once every write before it has finished. A write that panics ends
+/// it at once, with that panic as its error.
 pub async fn run(store: SentStore, mut input: mpsc::Receiver<WriteBack>, misses: Misses) -> Result<(), RelayError> {
     let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     let mut idle: Vec<Slot> = (0..CONCURRENT).map(|_| None).collect();
     let mut writes = Writes { running: JoinSet::new(), batches: HashMap::new(), misses };
-    while let Some(first) = input.recv().await {
+    loop {
+        let first = tokio::select! {
+            entry = input.recv() => match entry {
+                Some(first) => first,
+                None => break,
+            },
+            Some(ended) = writes.next() => {
+                idle.push(ended?);
+                continue;
+            }
+        };
         let (mut batch, mut flushes) = (Vec::with_capacity(MAX_BATCH), Vec::new());
         take(first, &mut batch, &mut flushes);
         if !batch.is_empty() {
@@ -140,9 +168,6 @@ pub async fn run(store: SentStore, mut input: mpsc::Receiver<WriteBack>, misses:
                 // The sweep stopped waiting (its own timeout): nothing to answer.
                 let _ = done.send(());
             }
-        }
-        while let Some(ended) = writes.ended() {
-            idle.push(ended?);
         }
     }
     while let Some(ended) = writes.next().await {
@@ -190,16 +215,12 @@ async fn write(store: &SentStore, mut slot: Slot, batch: &[Sent], backoff: &Back
     for attempt in 1..=ATTEMPTS {
         match mark_sent(store, slot.take(), rows).await {
             Ok((conn, changed)) => {
-                let missed = batch.len().saturating_sub(usize::try_from(changed).unwrap_or(usize::MAX));
-                if missed > 0 {
-                    let why = "a SENT write-back changed fewer rows than it was given (already SENT or SKIPPED, no longer this relay's, or its leader term ended): rows not SENT are published again";
-                    misses.report(WriteMiss::SentUnchanged, &ids, missed, why);
-                }
+                misses.after_write(store, &ids, changed).await;
                 return Some(conn);
             }
             Err(error) if attempt == ATTEMPTS => {
                 let why = format!("cannot mark rows SENT ({error}): they stay PENDING or go back to PENDING, and the sweep publishes them again");
-                misses.report(WriteMiss::SentGaveUp, &ids, ids.len(), &why);
+                misses.report(WriteMiss::SentGaveUp, &ids, &why);
             }
             Err(error) => {
                 tracing::warn!(%error, attempt, "SENT write-back failed; retrying");

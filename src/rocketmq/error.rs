@@ -161,15 +161,15 @@ impl PublishError {
         matches!(self, PublishError::Client { unreachable: true, .. })
     }
 
-    /// The class of this failure of a send to a broker, given whether any queue of
-    /// that broker has confirmed a send since the failure began. An answer of the
-    /// broker itself (a response code) that no queue of it gets past is the broker's
-    /// trouble, not the event's: an outage, held and never FAILED. Only while other
-    /// queues of the broker confirm sends does an unknown answer count against the
-    /// batch (and `retry.max_retry`).
-    pub fn class_on_broker(&self, broker_confirmed_since: bool) -> ErrorClass {
+    /// The class of this failure of a send to a broker, given how many of that
+    /// broker's queues got an answer of unknown class since its last confirmed send. An
+    /// answer of the broker itself (a response code) that more than one of its queues
+    /// gets is the broker's trouble, not an event's: an outage, held and never FAILED.
+    /// Seen on one queue alone it counts against the batch (and `retry.max_retry`), so
+    /// one bad event cannot hold its queue for ever.
+    pub fn class_on_broker(&self, refusing_queues: usize) -> ErrorClass {
         match (self.class(), self) {
-            (ErrorClass::Unknown, PublishError::Client { code: Some(_), .. }) if !broker_confirmed_since => {
+            (ErrorClass::Unknown, PublishError::Client { code: Some(_), .. }) if refusing_queues > 1 => {
                 ErrorClass::Outage
             }
             (class, _) => class,
@@ -253,7 +253,7 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_answer_no_queue_of_the_broker_gets_past_is_an_outage_of_the_broker() {
+    fn an_unknown_answer_several_queues_of_a_broker_get_is_an_outage_of_the_broker() {
         let answered = |code| PublishError::Client {
             operation: "send",
             code,
@@ -261,11 +261,11 @@ mod tests {
             class: ErrorClass::Unknown,
             unreachable: false,
         };
-        assert_eq!(answered(Some(1)).class_on_broker(false), ErrorClass::Outage, "the whole broker answers so");
-        assert_eq!(answered(Some(1)).class_on_broker(true), ErrorClass::Unknown, "its other queues take sends");
-        assert_eq!(answered(None).class_on_broker(false), ErrorClass::Unknown, "no answer of the broker: unknown");
+        assert_eq!(answered(Some(1)).class_on_broker(2), ErrorClass::Outage, "two of the broker's queues get it");
+        assert_eq!(answered(Some(1)).class_on_broker(1), ErrorClass::Unknown, "one queue alone: the batch's");
+        assert_eq!(answered(None).class_on_broker(3), ErrorClass::Unknown, "no answer of the broker: unknown");
         let illegal = PublishError::BodyTooLarge { event_id: "e".into(), size: 5, limit: 4 };
-        assert_eq!(illegal.class_on_broker(false), ErrorClass::Event, "about the event whatever the broker does");
+        assert_eq!(illegal.class_on_broker(3), ErrorClass::Event, "about the event whatever the broker does");
     }
 
     #[test]

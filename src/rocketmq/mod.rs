@@ -3,6 +3,7 @@
 //! The client runtime and settings are the kit's, shared with its consumer.
 
 mod batch;
+mod brokers;
 mod error;
 mod layout;
 mod message;
@@ -13,7 +14,7 @@ mod publisher;
 mod request;
 
 pub use error::{classify, ErrorClass, PublishError};
-pub use layout::{resolve, LayoutChanged, QueueLayout, Resolved};
+pub use layout::{LayoutChanged, QueueLayout, Resolved};
 pub use message::check_size;
 pub use outbox_kit::{client_config, full_message, ClientHost};
 pub use prepared::{prepare, Prepared};

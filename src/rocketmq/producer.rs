@@ -193,12 +193,14 @@ impl Producer {
         answer(response.code(), response.remark().map(|remark| remark.as_str()), &address)
     }
 
-    /// Reads `topic`'s route and asks the broker of its first queue for that queue's
-    /// offset: proof that this producer reaches the broker, without storing anything.
-    pub async fn reach(&self, topic: &str) -> Result<(), PublishError> {
+    /// Reads `topic`'s route and asks `broker` (through its first queue there) for that
+    /// queue's offset: proof that this producer reaches it, without storing anything.
+    pub async fn reach(&self, topic: &str, broker: &str) -> Result<(), PublishError> {
         let queues = self.live_queues(topic).await?;
-        let queue =
-            queues.first().ok_or_else(|| PublishError::TopicMissing { topic: topic.to_owned(), queue_count: 0 })?;
+        let queue = queues
+            .iter()
+            .find(|queue| queue.broker_name().as_str() == broker)
+            .ok_or_else(|| no_address(&CheetahString::from(broker), &CheetahString::from(topic)))?;
         self.producer
             .clone()
             .max_offset(queue)

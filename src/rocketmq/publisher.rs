@@ -10,20 +10,21 @@
 //! route of every topic in use and asks the broker for a queue's offset, which stores
 //! nothing. Once that works, the probe's producer becomes the lanes' producer and the
 //! lanes are told at once; the old one is shut down when its last send has ended. With
-//! several brokers, one unreachable broker makes the probe renew the producer as soon
-//! as any broker answers: a renewal is cheap and the lanes of a broker still down just
-//! keep waiting.
+//! several brokers, what is unreachable is known per broker: the probe asks each
+//! unreachable broker itself (through a queue of it in a topic's route), so the
+//! others' confirmed sends neither hide an unreachable broker nor renew the producer
+//! while it is still down.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rocketmq_client_rust::ClientRuntime;
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::brokers::Brokers;
 use super::layout::{resolve, QueueLayout, Resolved};
 use super::producer::DEFAULT_QUEUE_COUNT;
 use super::{Prepared, Producer, ProducerSettings, PublishError};
@@ -44,14 +45,12 @@ pub struct Publisher {
     current: RwLock<Arc<Producer>>,
     /// Bumped on every renewal; lanes waiting out an outage watch it.
     renewed: watch::Sender<u64>,
-    /// A send could not connect to a broker since the last confirmed send.
-    unreachable: AtomicBool,
+    /// What the lanes' sends showed about each broker.
+    brokers: Brokers,
     /// Topics the lanes send to: a new producer must have their routes first.
     topics: Mutex<BTreeSet<String>>,
     /// Replaced producers, shut down once no send uses them.
     retired: Mutex<Vec<Arc<Producer>>>,
-    /// When each broker last confirmed a send (by broker name).
-    confirmed_at: Mutex<HashMap<String, Instant>>,
 }
 
 impl Publisher {
@@ -68,10 +67,9 @@ impl Publisher {
             acl,
             current: RwLock::new(Arc::new(producer)),
             renewed: watch::Sender::new(0),
-            unreachable: AtomicBool::new(false),
+            brokers: Brokers::default(),
             topics: Mutex::default(),
             retired: Mutex::default(),
-            confirmed_at: Mutex::default(),
         })
     }
 
@@ -86,12 +84,6 @@ impl Publisher {
             return Ok(());
         }
         self.producer().send(queue, batch).await
-    }
-
-    /// `topic`'s queues, checked against its pinned count (see [`Producer::pinned_queues`]).
-    pub async fn pinned_queues(&self, topic: &str, pinned: u32) -> Result<Vec<MessageQueue>, PublishError> {
-        self.remember(topic);
-        self.producer().pinned_queues(topic, pinned).await
     }
 
     /// `topic`'s live route compared with its pinned `layout`, or with its pinned
@@ -129,27 +121,21 @@ impl Publisher {
         self.topics.lock().unwrap_or_else(PoisonError::into_inner).insert(topic.to_owned());
     }
 
-    /// A send could not connect to a broker: the probe starts.
-    pub fn unreachable(&self) {
-        self.unreachable.store(true, Ordering::Relaxed);
+    /// A send could not connect to `broker`: the probe starts.
+    pub fn unreachable(&self, broker: &str) {
+        self.brokers.unreachable(broker);
     }
 
-    /// A send to `broker` was confirmed: it is reachable with the current producer.
+    /// A send to `broker` was confirmed: it is reachable with the current producer and
+    /// takes sends.
     pub fn confirmed(&self, broker: &str) {
-        self.unreachable.store(false, Ordering::Relaxed);
-        let mut confirmed = self.confirmed_at.lock().unwrap_or_else(PoisonError::into_inner);
-        match confirmed.get_mut(broker) {
-            Some(at) => *at = Instant::now(),
-            None => {
-                confirmed.insert(broker.to_owned(), Instant::now());
-            }
-        }
+        self.brokers.confirmed(broker);
     }
 
-    /// Whether any queue of `broker` has confirmed a send since `since`.
-    pub fn confirmed_since(&self, broker: &str, since: Instant) -> bool {
-        let confirmed = self.confirmed_at.lock().unwrap_or_else(PoisonError::into_inner);
-        confirmed.get(broker).is_some_and(|&at| at > since)
+    /// `broker` answered a send to `queue` with an error of unknown class; how many of
+    /// its queues it has answered so since its last confirmed send.
+    pub fn refused(&self, broker: &str, queue: i32) -> usize {
+        self.brokers.refused(broker, queue)
     }
 
     /// A receiver that changes when a new producer takes over.
@@ -168,7 +154,8 @@ impl Publisher {
                 () = stop.cancelled() => break,
             }
             self.shut_down_unused().await;
-            if !self.unreachable.load(Ordering::Relaxed) {
+            let unreachable = self.brokers.unreachable_now();
+            if unreachable.is_empty() {
                 if let Some((idle, _)) = prober.take() {
                     idle.shutdown().await;
                 }
@@ -184,8 +171,8 @@ impl Publisher {
                     }
                 },
             };
-            match self.reaches_broker(&producer).await {
-                Ok(()) => self.take_over(producer),
+            match self.reaches_one_of(&producer, &unreachable).await {
+                Ok(broker) => self.take_over(producer, &broker),
                 Err(error) if failures + 1 >= PROBES_PER_PRODUCER => {
                     tracing::debug!(%error, "broker still unreachable; replacing the probe producer");
                     producer.shutdown().await;
@@ -203,29 +190,32 @@ impl Publisher {
         Producer::start_on(Arc::clone(&self.client), self.settings.clone(), self.acl.as_ref()).await
     }
 
-    /// Whether `producer` reaches the broker: through the first topic in use whose
-    /// route it can read (a topic missing from the cluster is not the broker's fault).
-    async fn reaches_broker(&self, producer: &Producer) -> Result<(), PublishError> {
+    /// The first of `brokers` that `producer` reaches, through a queue of it in the
+    /// route of a topic in use (a topic missing from the cluster is not the broker's
+    /// fault).
+    async fn reaches_one_of(&self, producer: &Producer, brokers: &[String]) -> Result<String, PublishError> {
         let topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let mut last = Ok(());
-        for topic in &topics {
-            last = producer.reach(topic).await;
-            if last.is_ok() {
-                break;
+        let mut last = Err(PublishError::Cluster { detail: "no topic in use to reach a broker through".to_owned() });
+        for broker in brokers {
+            for topic in &topics {
+                match producer.reach(topic, broker).await {
+                    Ok(()) => return Ok(broker.clone()),
+                    Err(error) => last = Err(error),
+                }
             }
         }
         last
     }
 
-    /// Makes `fresh` the current producer and tells the lanes; the old one is shut
-    /// down once its last send has ended.
-    fn take_over(&self, fresh: Producer) {
+    /// Makes `fresh` the current producer, which reached `broker`, and tells the lanes;
+    /// the old one is shut down once its last send has ended.
+    fn take_over(&self, fresh: Producer, broker: &str) {
         let old =
             std::mem::replace(&mut *self.current.write().unwrap_or_else(PoisonError::into_inner), Arc::new(fresh));
         self.retired.lock().unwrap_or_else(PoisonError::into_inner).push(old);
-        self.unreachable.store(false, Ordering::Relaxed);
+        self.brokers.reached(broker);
         self.renewed.send_modify(|generation| *generation += 1);
-        tracing::info!("broker reachable again: a new producer took over");
+        tracing::info!(broker, "broker reachable again: a new producer took over");
     }
 
     /// Shuts down the replaced producers that no send uses any more.

@@ -25,7 +25,9 @@ use mysql_async::{IsolationLevel, Params, Pool, Row, TxOpts, Value};
 use outbox_kit::{truncate_utf8, OutboxTable};
 
 use super::status::key_params;
-use super::{has_index, keyed, RowKey, TermFence, CLAIM_INDEX, FAILED, KEY_ORDER_INDEX, PENDING, SENDING};
+use super::{
+    has_index, keyed, placeholders, RowKey, TermFence, CLAIM_INDEX, FAILED, KEY_ORDER_INDEX, PENDING, SENDING,
+};
 use crate::config::{ClaimMethod, FailedKeyPolicy};
 use crate::event::{local_micros, OutboxEvent};
 
@@ -509,10 +511,6 @@ pub fn in_key_order<K: std::hash::Hash + Eq>(locked: &[(u64, K)], visible: &[(u6
         first_skipped.entry(key).or_insert(*id);
     }
     locked.iter().map(|(id, key)| first_skipped.get(key).is_none_or(|skipped| id < skipped)).collect()
-}
-
-fn placeholders(n: usize) -> String {
-    vec!["?"; n].join(",")
 }
 
 fn micros(duration: Duration) -> u64 {

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use outbox_kit::{truncate_utf8, OutboxTable, RowStatus};
 
-use super::{TermFence, FAILED, PENDING, SENT};
+use super::{placeholders, TermFence, FAILED, PENDING, SENT};
 
 /// Who makes a change, and why (both go into the audit row).
 #[derive(Debug, Clone)]
@@ -299,10 +299,6 @@ impl Manual {
 
 /// Most rows one statement names (well below the server's 65,535 placeholders).
 const CHUNK: usize = 1_000;
-
-fn placeholders(n: usize) -> String {
-    vec!["?"; n].join(",")
-}
 
 fn id_params(ids: &[u64]) -> Params {
     Params::Positional(ids.iter().map(|id| Value::from(*id)).collect())

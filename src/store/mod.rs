@@ -13,9 +13,11 @@ mod report;
 mod schema;
 mod sent;
 mod status;
+mod unwritten;
 mod write_back;
 
-pub use claims::{ClaimStore, Claimed, Cutoff, KeyUpTo, Malformed};
+pub(crate) use claims::KeyUpTo;
+pub use claims::{ClaimStore, Claimed, Cutoff, Malformed};
 pub use lease::{LeaseHolder, LeaseStore, TermFence};
 pub(crate) use manual::{audit, AuditEntry};
 pub use manual::{Change, Cleanup, FailedFilter, FailedRow, Manual, Operator, Target};
@@ -26,7 +28,9 @@ pub use report::{status_report, LeaderReport, PositionReport, StatusReport};
 pub use schema::{check_migrated, has_index, migrate, MigrationReport, NotMigrated, CLAIM_INDEX, KEY_ORDER_INDEX};
 pub use sent::{Sent, SentConn, SentStore};
 pub use status::{Backlog, StatusStore};
-pub use write_back::{Flushed, Queued, Unwritten, WriteBack, WriteBacks, WriterGone};
+pub(crate) use unwritten::Unwritten;
+pub(crate) use write_back::Queued;
+pub use write_back::{Flushed, WriteBack, WriteBacks, WriterGone};
 
 use outbox_kit::RowStatus;
 
@@ -81,6 +85,14 @@ fn keyed(rows: usize, columns: &[&str]) -> String {
         .collect::<Vec<_>>()
         .join(" UNION ALL ")
 }
+
+/// `?,?,...`: `n` placeholders for an `IN (...)` list.
+fn placeholders(n: usize) -> String {
+    vec!["?"; n].join(",")
+}
+
+/// Row ids a log line names at most.
+pub(crate) const IDS_LOGGED: usize = 20;
 
 /// The row count a statement over `rows` rows is written for: the next power of two.
 /// A statement is prepared once per text and connection, then cached: with a text per

@@ -25,7 +25,7 @@ use mysql_async::{Conn, Params, Pool, Statement, Value};
 
 use outbox_kit::OutboxTable;
 
-use super::{keyed, padded, padded_len, TermFence, SENT, SKIPPED};
+use super::{keyed, padded, padded_len, placeholders, TermFence, SENT, SKIPPED};
 
 /// One row to mark SENT.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +69,22 @@ impl SentStore {
     /// used for `lifetime` after it is taken.
     pub fn new(pool: Pool, outbox: OutboxTable, fence: TermFence, lifetime: Duration) -> Self {
         Self { pool, statement: Arc::new(SentStatement { outbox, fence }), lifetime }
+    }
+
+    /// Which of `ids` are neither SENT nor SKIPPED now: after a write-back that changed
+    /// fewer rows than it was given, the rows it really missed (the others were SENT
+    /// already: an event published again after a restart or a takeover).
+    pub async fn unsent(&self, ids: &[u64]) -> Result<Vec<u64>, mysql_async::Error> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT id FROM {} WHERE status NOT IN ({SENT}, {SKIPPED}) AND id IN ({}) ORDER BY id",
+            self.statement.outbox.qualified(),
+            placeholders(ids.len())
+        );
+        let params: Vec<Value> = ids.iter().map(|&id| Value::from(id)).collect();
+        self.pool.get_conn().await?.exec(sql, Params::Positional(params)).await
     }
 
     /// `held` while it was taken less than the lifetime ago; else a connection taken

@@ -8,7 +8,6 @@
 //! given up on, which leaves the row to the sweep, as it should). The sweep flushes
 //! before it claims, and then sees acknowledged rows as SENT.
 
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -37,27 +36,6 @@ pub enum Queued {
     Full(Sent),
     /// The writer has stopped (shutdown): the row stays PENDING and is sent again later.
     WriterGone,
-}
-
-/// Ids of rows whose SENT write-back did not land, for the sweep to put back: a row
-/// the sweep claimed stays SENDING, owned by this live leader, until it is released
-/// (then it is published again: a duplicate, never a loss). Cheap to clone.
-#[derive(Debug, Clone, Default)]
-pub struct Unwritten(Arc<Mutex<Vec<u64>>>);
-
-impl Unwritten {
-    pub fn add(&self, ids: impl IntoIterator<Item = u64>) {
-        self.lock().extend(ids);
-    }
-
-    /// Every id added so far, leaving none.
-    pub fn take(&self) -> Vec<u64> {
-        std::mem::take(&mut *self.lock())
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 }
 
 /// The sending end of the write-back queue; cheap to clone.

@@ -100,6 +100,13 @@ pub struct Fence {
     pub ids: Vec<u64>,
 }
 
+/// The newest manual action seen in the audit table, and whether reading it fails.
+#[derive(Debug, Default)]
+struct Seen {
+    action: Option<u64>,
+    unreadable: bool,
+}
+
 /// One period's work, decided from the binlog path's progress before the sweep waits
 /// for the write-backs.
 struct Plan {
@@ -129,7 +136,7 @@ impl Sweeper {
         let mut next = tokio::time::Instant::now();
         let watermark = self.settings.binlog.as_ref().map(|guard| Arc::clone(&guard.watermark));
         let mut release_check = tokio::time::interval(RELEASE_CHECK);
-        let mut last_action = None;
+        let mut last_action = Seen::default();
         loop {
             tokio::select! {
                 Some(request) = self.requests.recv() => self.full_sweep(request).await,
@@ -261,17 +268,25 @@ impl Sweeper {
     /// While keys are held: after a manual action (an operator skipped or requeued
     /// what they wait for), releases them at once instead of at the next period.
     /// `false` when the pipeline has stopped.
-    async fn after_manual_action(&mut self, seen: &mut Option<u64>) -> bool {
-        if self.held.len() == 0 {
+    async fn after_manual_action(&mut self, seen: &mut Seen) -> bool {
+        if self.held.is_empty() {
             return true;
         }
         let action = match self.claims.last_manual_action().await {
-            Ok(action) => action,
+            Ok(action) => {
+                if std::mem::take(&mut seen.unreadable) {
+                    tracing::info!("sweep: the audit table can be read again: held keys are released within a second of a manual action");
+                }
+                action
+            }
             Err(error) => {
-                tracing::warn!(%error, "sweep: cannot read the audit table for manual actions; held keys are released at the next period");
+                if !std::mem::replace(&mut seen.unreadable, true) {
+                    tracing::warn!(%error, "sweep: cannot read the audit table for manual actions; held keys are released at the next period (grant SELECT on outbox_relay_audit to the primary user)");
+                }
                 return true;
             }
         };
+        let seen = &mut seen.action;
         if std::mem::replace(seen, action) == action {
             return true;
         }
@@ -284,8 +299,9 @@ impl Sweeper {
 
     /// Brings the held keys in line with the table, then claims the rows they left
     /// behind that nothing holds back any more (the row they waited for was delivered,
-    /// skipped or requeued): those rows have passed the binlog path already, so they
-    /// need not wait for its progress. `false` when the pipeline has stopped.
+    /// skipped or requeued), without waiting for the binlog path's progress: the rows
+    /// it may still meet (its source lags, or it replays after a restart) are
+    /// remembered, and it skips them. `false` when the pipeline has stopped.
     async fn release_held(&mut self) -> bool {
         self.refresh_held().await;
         let held: Vec<KeyUpTo> = self
@@ -312,9 +328,7 @@ impl Sweeper {
     }
 
     async fn sync_held(&self) -> Result<(), mysql_async::Error> {
-        for KeyUpTo { topic, biz_key, up_to } in self.claims.held_keys().await? {
-            self.held.hold((topic, biz_key), up_to);
-        }
+        self.held.hold_all(self.claims.held_keys().await?);
         for ((topic, biz_key), waiting) in self.held.snapshot() {
             if !self.claims.key_waits(&topic, &biz_key, waiting.up_to).await? {
                 self.held.release(&(topic, biz_key), waiting);
@@ -366,9 +380,9 @@ impl Sweeper {
             self.fail_malformed(&malformed).await.map_err(Stop::Database)?;
             if let Some(first) = events.first() {
                 self.metrics.swept.inc_by(claimed as u64);
-                if let (Cutoff::OlderThan(_), Some(guard)) = (cutoff, &self.settings.binlog) {
-                    // A takeover: the binlog path skips these when it catches up.
-                    guard.watermark.swept_in_takeover(events.iter().map(|e| e.id));
+                if let (Cutoff::OlderThan(_) | Cutoff::Behind(_), Some(guard)) = (cutoff, &self.settings.binlog) {
+                    // Ahead of the binlog path: it skips these if it meets them later.
+                    guard.watermark.swept_ahead(events.iter().map(|e| e.id));
                 }
                 tracing::debug!(claimed, first_id = first.id, "sweep claimed rows");
                 let batch = SourceTx { events, origin: Origin::Sweep { retry_counts } };

@@ -41,7 +41,7 @@ pub struct Watermark {
     /// Wakes the sweep when an outage begins, so its takeover does not wait for
     /// the next slow period.
     outage_began: Notify,
-    /// Ids of rows the sweep claimed during a takeover that the binlog path has not met yet.
+    /// Ids of rows the sweep claimed ahead of the binlog path that it has not met yet.
     taken_over: Mutex<HashSet<u64>>,
     /// Whether `taken_over` holds any id: the binlog path's every event asks.
     any_taken_over: AtomicBool,
@@ -67,11 +67,12 @@ impl Watermark {
         }
     }
 
-    /// The sweep claimed `ids` while it had taken over from the binlog path. Ids the
-    /// binlog path never meets again (it had sent them before it went down) stay until
+    /// The sweep claimed `ids` ahead of the binlog path: while it had taken over, or
+    /// rows a released key left behind (which the binlog path may meet again after a
+    /// restart or while its source lags). Ids the binlog path never meets again stay until
     /// [`TAKEN_OVER_MAX`] are remembered; then all of it is forgotten (those rows,
     /// if met after all, are published once more).
-    pub fn swept_in_takeover(&self, ids: impl IntoIterator<Item = u64>) {
+    pub fn swept_ahead(&self, ids: impl IntoIterator<Item = u64>) {
         let mut taken = self.taken_over.lock().unwrap_or_else(PoisonError::into_inner);
         if taken.len() > TAKEN_OVER_MAX {
             tracing::warn!(remembered = taken.len(), "the rows swept during binlog outages are too many to remember: forgetting them; the binlog path may publish some of them once more");
@@ -81,8 +82,8 @@ impl Watermark {
         self.any_taken_over.store(!taken.is_empty(), Ordering::Release);
     }
 
-    /// Whether the binlog path's event `id` was claimed by the sweep during a takeover
-    /// (and so is already sent or being sent); it is forgotten once asked for.
+    /// Whether the binlog path's event `id` was claimed by the sweep ahead of it (and so
+    /// is already sent or being sent); it is forgotten once asked for.
     pub fn swept_already(&self, id: u64) -> bool {
         if !self.any_taken_over.load(Ordering::Acquire) {
             return false;
@@ -214,7 +215,7 @@ mod tests {
     fn rows_swept_in_a_takeover_are_skipped_once_by_the_binlog_path() {
         let w = Watermark::new(Some(1_000));
         assert!(!w.swept_already(7), "nothing taken over");
-        w.swept_in_takeover([7, 8]);
+        w.swept_ahead([7, 8]);
         assert!(w.swept_already(7));
         assert!(!w.swept_already(7), "met once, then forgotten");
         assert!(!w.swept_already(9));
