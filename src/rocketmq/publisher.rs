@@ -34,6 +34,11 @@ use crate::config::AclCredentials;
 pub const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// Failed probes one probe producer makes before it is replaced (its breaker opens at five).
 const PROBES_PER_PRODUCER: u32 = 4;
+/// How long one probe round may wait for the brokers it asks.
+const REACH_WITHIN: Duration = Duration::from_secs(3);
+/// How long a producer's shutdown may take (it says goodbye to every broker, and one
+/// that just came back may not answer yet).
+const SHUTDOWN_WITHIN: Duration = Duration::from_secs(5);
 
 /// The current producer, and what is known about unreachable brokers.
 pub struct Publisher {
@@ -153,35 +158,54 @@ impl Publisher {
                 () = tokio::time::sleep(PROBE_EVERY) => {}
                 () = stop.cancelled() => break,
             }
-            self.shut_down_unused().await;
-            let unreachable = self.brokers.unreachable_now();
-            if unreachable.is_empty() {
-                if let Some((idle, _)) = prober.take() {
-                    idle.shutdown().await;
-                }
-                continue;
-            }
-            let (producer, failures) = match prober.take() {
-                Some(probe) => probe,
-                None => match self.new_producer().await {
-                    Ok(producer) => (producer, 0),
-                    Err(error) => {
-                        tracing::debug!(%error, "probe producer cannot start yet");
-                        continue;
-                    }
-                },
+            // A round waits on brokers that may not answer: a stop does not wait for it
+            // (the probe producer it holds is dropped with it).
+            let round = async {
+                self.shut_down_unused().await;
+                self.probe_round(prober.take()).await
             };
-            match self.reaches_one_of(&producer, &unreachable).await {
-                Ok(broker) => self.take_over(producer, &broker),
-                Err(error) if failures + 1 >= PROBES_PER_PRODUCER => {
-                    tracing::debug!(%error, "broker still unreachable; replacing the probe producer");
-                    producer.shutdown().await;
-                }
-                Err(_) => prober = Some((producer, failures + 1)),
-            }
+            prober = tokio::select! {
+                kept = round => kept,
+                () = stop.cancelled() => break,
+            };
         }
         if let Some((producer, _)) = prober {
-            producer.shutdown().await;
+            shut_down(producer).await;
+        }
+    }
+
+    /// One look at the brokers no send could connect to, with the probe producer kept
+    /// from the last round (and how often it failed); the producer to keep.
+    async fn probe_round(&self, prober: Option<(Producer, u32)>) -> Option<(Producer, u32)> {
+        let unreachable = self.brokers.unreachable_now();
+        if unreachable.is_empty() {
+            if let Some((idle, _)) = prober {
+                shut_down(idle).await;
+            }
+            return None;
+        }
+        let (producer, failures) = match prober {
+            Some(probe) => probe,
+            None => match self.new_producer().await {
+                Ok(producer) => (producer, 0),
+                Err(error) => {
+                    tracing::debug!(%error, "probe producer cannot start yet");
+                    return None;
+                }
+            },
+        };
+        let reached = tokio::time::timeout(REACH_WITHIN, self.reaches_one_of(&producer, &unreachable)).await;
+        match reached {
+            Ok(Ok(broker)) => {
+                self.take_over(producer, &broker);
+                None
+            }
+            _ if failures + 1 >= PROBES_PER_PRODUCER => {
+                tracing::debug!(brokers = ?unreachable, "broker still unreachable; replacing the probe producer");
+                shut_down(producer).await;
+                None
+            }
+            _ => Some((producer, failures + 1)),
         }
     }
 
@@ -224,7 +248,7 @@ impl Publisher {
         let mut still_used = Vec::new();
         for producer in retired {
             match Arc::try_unwrap(producer) {
-                Ok(unused) => unused.shutdown().await,
+                Ok(unused) => shut_down(unused).await,
                 Err(shared) => still_used.push(shared),
             }
         }
@@ -237,11 +261,19 @@ impl Publisher {
         let current = self.current.into_inner().unwrap_or_else(PoisonError::into_inner);
         for producer in retired.into_iter().chain([current]) {
             match Arc::try_unwrap(producer) {
-                Ok(producer) => producer.shutdown().await,
+                Ok(producer) => shut_down(producer).await,
                 Err(_) => tracing::error!(
                     "a RocketMQ producer is still in use after every task ended (a bug); it is not shut down cleanly"
                 ),
             }
         }
+    }
+}
+
+/// Shuts `producer` down, at most [`SHUTDOWN_WITHIN`]; one that takes longer is
+/// dropped (its connections close with it) and the relay goes on or stops regardless.
+async fn shut_down(producer: Producer) {
+    if tokio::time::timeout(SHUTDOWN_WITHIN, producer.shutdown()).await.is_err() {
+        tracing::warn!("a RocketMQ producer did not shut down within {SHUTDOWN_WITHIN:?} (a broker did not answer its goodbye); it is dropped");
     }
 }
