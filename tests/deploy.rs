@@ -1,12 +1,15 @@
-//! The deployment files stay valid and match the README: the compose file parses
+//! The deployment files stay valid and match the documents: the compose file parses
 //! (`docker-compose config`, no engine needed), the image is built with the
 //! README's own build command, the alert rules pass promtool's check and their unit
 //! tests, the Grafana dashboard is well formed, and every metric the alerts and the
-//! dashboard use is one the README's metrics table documents.
+//! dashboard use is one the metrics table of docs/operations.md documents.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
+
+/// Where the metrics table is (`| metric | meaning |`).
+const METRICS_TABLE: &str = "docs/operations.md";
 
 /// The README's build command, as the Dockerfile must run it.
 const BUILD_COMMAND: &str = "cargo build --release --locked -p outbox-relay --bin outbox-relay";
@@ -91,10 +94,10 @@ fn metric_names(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The names in the first column of the README's metrics table (`| metric | meaning |`),
+/// The names in the first column of the metrics table (`| metric | meaning |`),
 /// without their labels: a cell may name several metrics (`relay_leader` / `relay_leader_term`).
-fn documented_metrics(readme: &str) -> BTreeSet<String> {
-    readme
+fn documented_metrics(document: &str) -> BTreeSet<String> {
+    document
         .lines()
         .skip_while(|line| line.trim() != "| metric | meaning |")
         .skip(2)
@@ -161,9 +164,9 @@ fn every_dashboard_panel_has_a_title_and_queries_a_relay_metric() {
 }
 
 #[test]
-fn every_metric_the_alerts_and_dashboard_use_is_in_the_readmes_metrics_table() {
-    let documented = documented_metrics(&repo_file("README.md"));
-    assert!(documented.contains("outbox_oldest_pending_seconds"), "README.md has its metrics table: {documented:?}");
+fn every_metric_the_alerts_and_dashboard_use_is_in_the_documented_metrics_table() {
+    let documented = documented_metrics(&repo_file(METRICS_TABLE));
+    assert!(documented.contains("outbox_oldest_pending_seconds"), "{METRICS_TABLE} has its metrics table: {documented:?}");
     let dashboard = dashboard();
     let dashboard_metrics = dashboard_panels(&dashboard).into_iter().flat_map(panel_exprs).flat_map(metric_names);
     for (file, names) in [(ALERTS, metric_names(&repo_file(ALERTS))), (DASHBOARD, dashboard_metrics.collect())] {
@@ -171,7 +174,7 @@ fn every_metric_the_alerts_and_dashboard_use_is_in_the_readmes_metrics_table() {
         let undocumented: Vec<&String> = names.iter().filter(|name| !is_documented(name, &documented)).collect();
         assert!(
             undocumented.is_empty(),
-            "{file} uses metrics README.md's metrics table does not list: {undocumented:?}"
+            "{file} uses metrics the metrics table of {METRICS_TABLE} does not list: {undocumented:?}"
         );
     }
 }

@@ -8,7 +8,7 @@ CREATE DATABASE IF NOT EXISTS app;
 CREATE USER IF NOT EXISTS 'replicator'@'%' IDENTIFIED BY 'replicator-secret';
 GRANT REPLICATION SLAVE ON *.* TO 'replicator'@'%';
 
--- The relay's least-privilege users (see the README's database set-up).
+-- The relay's least-privilege users (see docs/deployment.md, "Database set-up").
 CREATE USER IF NOT EXISTS 'outbox_repl'@'%' IDENTIFIED BY 'repl-secret';
 GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'outbox_repl'@'%';
 GRANT SELECT ON app.* TO 'outbox_repl'@'%';

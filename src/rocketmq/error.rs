@@ -58,7 +58,7 @@ pub enum PublishError {
     BodyTooLarge { event_id: String, size: usize, limit: usize },
     #[error("topic {topic} has {live} writable queues but queue_count is pinned to {pinned}: a broker of the cluster may be down (the route leaves out its queues) or the topic has other queues than pinned; never change queue_count to match (keys would move to other queues): restart the missing broker, or create the topic with {pinned} queues")]
     QueueCountMismatch { topic: String, pinned: u32, live: usize },
-    #[error("topic {topic}'s queue layout changed on a broker that is up: {change}; routing by another layout would move keys to other queues and break their order: restore the topic's queues on that broker as pinned, or, once every event of the topic is delivered, pin the new layout (docs/runbook.md, \"Changing a topic's queues\")")]
+    #[error("topic {topic}'s queue layout changed on a broker that is up: {change}; routing by another layout would move keys to other queues and break their order: restore the topic's queues on that broker as pinned, or, once every event of the topic is delivered, pin the new layout (docs/operations.md, \"Changing a topic's queues\")")]
     LayoutChanged { topic: String, change: LayoutChanged },
     /// The cluster's brokers do not fit what was asked of them (an operator command).
     #[error("{detail}")]
