@@ -6,7 +6,7 @@
 //! the relay not ready, keeps the first failure (it decides the exit code) and stops
 //! the pipeline, which then drains and checkpoints like on SIGTERM. Tasks that can
 //! recover by themselves (a lost binlog connection, a broker that does not answer)
-//! do so inside and never return an error for it; see the README's supervision table.
+//! do so inside and never return an error for it; see the supervision table of docs/design.md.
 //! Shutdown waits for every tracked task before the process exits, and says every
 //! [`STILL_RUNNING_EVERY`] which ones it still waits for.
 

@@ -167,7 +167,7 @@ fn judge_columns(outbox: &OutboxTable, present: &[(String, String)]) -> Finding 
         Group::Table,
         name,
         format!("{}: {}", outbox.qualified(), problems.join(", ")),
-        "give the table the columns and types of the README's CREATE TABLE (`outbox-relay migrate` adds the relay's own columns to a classic outbox table)",
+        "give the table the columns and types of the CREATE TABLE of docs/deployment.md (`outbox-relay migrate` adds the relay's own columns to a classic outbox table)",
     )
 }
 

@@ -44,7 +44,7 @@ pub enum Mode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HashFunction {
-    /// The relay's documented stable hash (see the README).
+    /// The relay's documented stable hash (see docs/design.md, "Routing").
     Stable,
     /// The Java client's `SelectMessageQueueByHash`: `abs(String.hashCode()) % n`.
     JavaStringHash,
