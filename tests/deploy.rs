@@ -166,7 +166,10 @@ fn every_dashboard_panel_has_a_title_and_queries_a_relay_metric() {
 #[test]
 fn every_metric_the_alerts_and_dashboard_use_is_in_the_documented_metrics_table() {
     let documented = documented_metrics(&repo_file(METRICS_TABLE));
-    assert!(documented.contains("outbox_oldest_pending_seconds"), "{METRICS_TABLE} has its metrics table: {documented:?}");
+    assert!(
+        documented.contains("outbox_oldest_pending_seconds"),
+        "{METRICS_TABLE} has its metrics table: {documented:?}"
+    );
     let dashboard = dashboard();
     let dashboard_metrics = dashboard_panels(&dashboard).into_iter().flat_map(panel_exprs).flat_map(metric_names);
     for (file, names) in [(ALERTS, metric_names(&repo_file(ALERTS))), (DASHBOARD, dashboard_metrics.collect())] {

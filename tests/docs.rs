@@ -18,7 +18,8 @@ fn read(path: &Path) -> String {
 fn documents() -> Vec<PathBuf> {
     let mut documents = vec![root().join("README.md")];
     let docs = std::fs::read_dir(root().join("docs")).expect("docs/");
-    documents.extend(docs.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "md")));
+    documents
+        .extend(docs.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "md")));
     documents
 }
 
@@ -53,8 +54,8 @@ fn every_relative_link_resolves_to_a_file_and_heading() {
             }
             let (file, heading) = target.split_once('#').unwrap_or((target, ""));
             let path = if file.is_empty() { document.clone() } else { document.parent().expect("a folder").join(file) };
-            let resolves = path.exists()
-                && (heading.is_empty() || path.is_dir() || anchors(&read(&path)).contains(heading));
+            let resolves =
+                path.exists() && (heading.is_empty() || path.is_dir() || anchors(&read(&path)).contains(heading));
             if !resolves {
                 broken.push(format!("{}: ({target})", document.strip_prefix(root()).unwrap_or(&document).display()));
             }

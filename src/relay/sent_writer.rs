@@ -67,13 +67,13 @@ impl Misses {
     /// After a write that changed `changed` of `batch`'s rows: the rows it left unsent
     /// are reported; rows SENT already are counted. When the table cannot be asked,
     /// every row of the batch is reported (putting back a SENT row changes nothing).
-    async fn after_write(&self, store: &SentStore, batch: &[u64], changed: u64) {
+    async fn after_write(&self, conn: &mut SentConn, batch: &[u64], changed: u64) {
         let unchanged = batch.len().saturating_sub(usize::try_from(changed).unwrap_or(usize::MAX));
         if unchanged == 0 {
             return;
         }
         let why = "a SENT write-back left rows unsent (no longer this relay's, or its leader term ended): they are published again";
-        match store.unsent(batch).await {
+        match conn.unsent(batch).await {
             Ok(unsent) => {
                 self.metrics.write_missed(WriteMiss::SentAlready, unchanged.saturating_sub(unsent.len()));
                 if !unsent.is_empty() {
@@ -214,8 +214,8 @@ async fn write(store: &SentStore, mut slot: Slot, batch: &[Sent], backoff: &Back
     let ids: Vec<u64> = batch.iter().map(|row| row.id).collect();
     for attempt in 1..=ATTEMPTS {
         match mark_sent(store, slot.take(), rows).await {
-            Ok((conn, changed)) => {
-                misses.after_write(store, &ids, changed).await;
+            Ok((mut conn, changed)) => {
+                misses.after_write(&mut conn, &ids, changed).await;
                 return Some(conn);
             }
             Err(error) if attempt == ATTEMPTS => {

@@ -71,22 +71,6 @@ impl SentStore {
         Self { pool, statement: Arc::new(SentStatement { outbox, fence }), lifetime }
     }
 
-    /// Which of `ids` are neither SENT nor SKIPPED now: after a write-back that changed
-    /// fewer rows than it was given, the rows it really missed (the others were SENT
-    /// already: an event published again after a restart or a takeover).
-    pub async fn unsent(&self, ids: &[u64]) -> Result<Vec<u64>, mysql_async::Error> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let sql = format!(
-            "SELECT id FROM {} WHERE status NOT IN ({SENT}, {SKIPPED}) AND id IN ({}) ORDER BY id",
-            self.statement.outbox.qualified(),
-            placeholders(ids.len())
-        );
-        let params: Vec<Value> = ids.iter().map(|&id| Value::from(id)).collect();
-        self.pool.get_conn().await?.exec(sql, Params::Positional(params)).await
-    }
-
     /// `held` while it was taken less than the lifetime ago; else a connection taken
     /// from the pool after `held` is given back to it (a pool whose connections are all
     /// held has room for no other).
@@ -104,6 +88,23 @@ impl SentStore {
 }
 
 impl SentConn {
+    /// Which of `ids` are neither SENT nor SKIPPED now: after a write-back that changed
+    /// fewer rows than it was given, the rows it really missed (the others were SENT
+    /// already: an event published again after a restart or a takeover). Asked on this
+    /// connection: the writer's pool has none to spare while its writes hold theirs.
+    pub async fn unsent(&mut self, ids: &[u64]) -> Result<Vec<u64>, mysql_async::Error> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT id FROM {} WHERE status NOT IN ({SENT}, {SKIPPED}) AND id IN ({}) ORDER BY id",
+            self.statement.outbox.qualified(),
+            placeholders(ids.len())
+        );
+        let params: Vec<Value> = ids.iter().map(|&id| Value::from(id)).collect();
+        self.conn.exec(sql, Params::Positional(params)).await
+    }
+
     /// Marks `rows` SENT with their msg_id in one statement; returns rows changed.
     pub async fn mark_sent(&mut self, rows: &[Sent]) -> Result<u64, mysql_async::Error> {
         if rows.is_empty() {
