@@ -345,3 +345,54 @@ async fn a_write_back_connection_past_its_lifetime_is_given_back_before_another_
     drop(renewed);
     pool.disconnect().await.expect("disconnect");
 }
+
+/// The kit's `enqueue` writes the outbox row in the application's own transaction: with
+/// the business row committed, the relay publishes it and a consumer gets its key and
+/// payload under the event id `enqueue` returned; with the business row rolled back,
+/// neither row exists and nothing of it is published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_commits_and_rolls_back_with_the_business_row() {
+    let stack = Stack::from_env();
+    let outbox = common::outbox::TestOutbox::create(&stack).await;
+    let topic = fresh_topic(&stack).await;
+    let collector = Collector::start(&stack.namesrv, &topic, &unique("enqueue_consumer")).await;
+    let orders = format!("{}_orders", outbox.name());
+    outbox.exec(&format!("CREATE TABLE app.`{orders}` (id BIGINT PRIMARY KEY, state VARCHAR(16))")).await;
+    let mut relay = common::relay::RelayProcess::start(&stack, &common::relay::RelayOptions::new(outbox.name()));
+    relay.wait_ready().await;
+
+    let mut enqueued = Vec::new();
+    for (order, commit) in [(1, true), (2, false)] {
+        let mut conn = outbox.pool.get_conn().await.expect("conn");
+        let mut tx = conn.start_transaction(mysql_async::TxOpts::default()).await.expect("begin");
+        tx.exec_drop(format!("INSERT INTO app.`{orders}` VALUES (?, 'paid')"), (order,)).await.expect("business row");
+        let payload = serde_json::json!({ "order": order, "state": "paid" });
+        let event = outbox_kit::NewEvent { topic: &topic, biz_key: &format!("order-{order}"), payload: &payload };
+        enqueued.push(outbox_kit::enqueue(&mut tx, &outbox.table, event).await.expect("enqueue"));
+        if commit {
+            tx.commit().await.expect("commit");
+        } else {
+            tx.rollback().await.expect("rollback");
+        }
+    }
+
+    common::events::all_sent(&outbox, 1, Duration::from_secs(60)).await;
+    let got = collector.wait_distinct(&enqueued[0], 1, Duration::from_secs(60)).await;
+    assert_eq!(got[0].biz_key, "order-1");
+    let body: serde_json::Value = serde_json::from_slice(&got[0].body).expect("a JSON body");
+    assert_eq!(body, serde_json::json!({ "order": 1, "state": "paid" }));
+    let statuses = outbox.statuses().await;
+    assert!(!statuses.contains_key(&enqueued[1]), "the rolled-back event has no row: {statuses:?}");
+    let orders_left: Vec<u64> = outbox
+        .pool
+        .get_conn()
+        .await
+        .expect("conn")
+        .query(format!("SELECT id FROM app.`{orders}`"))
+        .await
+        .expect("orders");
+    assert_eq!(orders_left, [1], "the business row went with its outbox row");
+    assert!(collector.received(|id| id == enqueued[1]).is_empty(), "nothing of the rolled-back event was published");
+    assert_eq!(relay.stop(), Some(0));
+    collector.shutdown().await;
+}
