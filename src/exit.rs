@@ -14,10 +14,10 @@
 use crate::config::ConfigError;
 use crate::db::DbError;
 use crate::error::RelayError;
-use crate::position::PositionError;
+use crate::ops::position::PositionError;
+use crate::ops::reconcile::{DifferencesFound, WindowError};
 use crate::rocketmq::PublishError;
 use crate::source::binlog::PreflightError;
-use crate::store::{DifferencesFound, WindowError};
 
 /// The classes of exit, each with its code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,49 +6,56 @@
 //! fallback that guarantees no loss (and the whole relay in poll mode).
 //! Applications do not depend on this crate: they use `outbox-kit`.
 //!
-//! The binary `outbox-relay` is a thin shell over the public part:
+//! The binary `outbox-relay` is a thin shell (its `cli` module) over the public part:
 //! - [`config`]: the typed, validated configuration;
-//! - [`relay`]: runs the relay ([`relay::run`]); its [`relay::route`] is the documented
-//!   `hash(biz_key) % queue_count`;
-//! - [`store`]: SQL on the primary, including `migrate`;
-//! - [`position`]: the relay's binlog position as an operator sees and sets it;
+//! - [`relay`]: runs the relay ([`relay::run`]);
+//! - [`route`]: the documented `hash(biz_key) % queue_count`;
+//! - [`store`]: the data path's SQL on the primary, including `migrate`;
 //! - [`rocketmq`]: the synchronous producer (SEND_OK only);
-//! - [`admin`]: operator actions on the broker (create topic, find by key, test send);
-//! - [`check`]: every check the relay makes at start, in one report (`outbox-relay check`);
-//! - [`probe`]: a running relay's own account over its HTTP endpoint (for `status`);
+//! - [`ops`]: what operators run: checks, position, manual actions, status, reconcile,
+//!   topics and test sends;
 //! - [`db`], [`event`], [`exit`]: connections, the outbox event, exit codes.
 //!
-//! The pipeline inside, upstream to downstream (imports point only that way):
-//! `source` (binlog reader, sweep, hand-off under the in-flight budget) →
-//! `relay` (coordinator, routing, ack tracker) → `lanes` (ordered senders over
-//! `rocketmq`) → `checkpoint` (RocksDB + mirror) and `store` (status write-back);
-//! above them all `leader` (the lease: one instance publishes, the term checked
-//! before every send and checkpoint and fencing every write in `store`);
-//! beside them `supervise` (owns every task), `health` (readiness and liveness),
-//! `http`, `metrics`, `backoff` and `fault` (test-only faults).
+//! One event's path, folder by folder: `source` (binlog reader or sweep, hand-off
+//! under the in-flight budget) → `coordinator` (ack tracker, routing) → `lanes`
+//! (one ordered sender per queue) → `rocketmq` (SEND_OK) → `lanes` (the report) →
+//! `coordinator` (the acknowledged prefix: `checkpoint`) → `write_back` (SENT,
+//! batched) → `store` (the SQL). `relay` wires them per leader term; `leader` holds the
+//! lease whose term fences every write.
+//!
+//! Imports point down this list, never up (`tests/structure.rs` checks it):
+//! `exit` → `relay` → `ops` → `coordinator` → `supervise` → `http` → `error` →
+//! `checkpoint` → `source` → `lanes` → `write_back` → `leader` → `health` → `store` →
+//! `metrics` → `rocketmq` → the leaves (`fault`, `findings`, `server`, `db`, `event`,
+//! `config`, `backoff`, `time`). A stage imports the types of the stages it hands to,
+//! so the pipeline's last stages sit lowest.
 
 #![recursion_limit = "512"]
 
-pub mod admin;
 pub(crate) mod backoff;
-pub mod check;
 pub(crate) mod checkpoint;
 pub mod config;
+pub(crate) mod coordinator;
 pub mod db;
 mod error;
 pub mod event;
 pub mod exit;
 mod fault;
+pub mod findings;
 pub(crate) mod health;
 pub(crate) mod http;
 pub(crate) mod lanes;
 pub(crate) mod leader;
 pub(crate) mod metrics;
-pub use metrics::process::ProcessStats;
-pub mod probe;
+pub mod ops;
 pub mod relay;
 pub mod rocketmq;
+pub mod server;
 pub(crate) mod source;
 pub mod store;
-pub use checkpoint::position;
 mod supervise;
+pub(crate) mod time;
+pub(crate) mod write_back;
+
+pub use coordinator::route;
+pub use metrics::process::ProcessStats;

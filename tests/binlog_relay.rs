@@ -8,23 +8,20 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::collector::Collector;
-use common::events::{all_sent, assert_per_key_order, consumed_all, delivery_counts, Events};
+use common::events::{all_sent, consumed_all, delivery_counts};
 use common::outbox::{Row, Step, TestOutbox};
 use common::relay::{RelayOptions, RelayProcess};
+use common::scenario::Scenario;
 use common::{eventually, unique, Stack};
 use mysql_async::prelude::Queryable;
 use outbox_kit::RowStatus;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolled_back_rows_other_tables_and_updates_publish_nothing() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "quiet").await;
-    let prefix = &events.prefix;
-    let topic = &events.topic;
-    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
-    relay.wait_ready().await;
+    let scenario = Scenario::new("quiet").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let (prefix, topic) = (&events.prefix, &events.topic);
+    let relay = scenario.relay().await;
 
     outbox.insert_rolled_back(&events.rows("rolled-back", 0..3)).await;
     let other = format!("app.{}_other", outbox.name());
@@ -32,13 +29,13 @@ async fn rolled_back_rows_other_tables_and_updates_publish_nothing() {
     outbox.exec(&format!("INSERT INTO {other} VALUES (1, '{prefix}-other-00000', 'k', '{topic}', '{{}}')")).await;
     // One real row, then UPDATE and DELETE it: only its INSERT is an event.
     outbox.insert_tx(&events.rows("real", 0..1)).await;
-    all_sent(&outbox, 1, Duration::from_secs(60)).await;
+    scenario.all_sent(1).await;
     let table = outbox.table.qualified();
     outbox.exec(&format!("UPDATE {table} SET status = 0, payload = '{{\"changed\":true}}'")).await;
     outbox.exec(&format!("DELETE FROM {table}")).await;
     // A marker after all of the above: once it is SENT, the relay has read past them all.
     outbox.insert_tx(&events.rows("marker", 0..1)).await;
-    all_sent(&outbox, 1, Duration::from_secs(60)).await;
+    scenario.all_sent(1).await;
 
     // Ask the broker itself what the test's own topic holds: exactly the real row and
     // the marker (queue max offsets count every stored message).
@@ -49,7 +46,7 @@ async fn rolled_back_rows_other_tables_and_updates_publish_nothing() {
         "only the real row and the marker are published"
     );
     producer.shutdown().await;
-    assert_eq!(relay.stop(), Some(0));
+    scenario.finish(relay).await;
 }
 
 /// `rows` with one biz_key: one queue and one lane, so once a row is SENT everything
@@ -65,21 +62,18 @@ fn distinct_ids(deliveries: &[outbox_kit::consumer::Delivery]) -> BTreeSet<Strin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn xa_rows_are_published_after_xa_commit_only_even_when_the_relay_restarts_in_between() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "xa").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("xa_consumer")).await;
+    let scenario = Scenario::consumed("xa").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
     // A grace longer than the test: the sweep takes nothing, so whatever arrives came
     // through the binlog path (which would otherwise lose rows prepared before a restart).
-    let options = RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__SWEEP__GRACE_MS", 3_600_000);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let options = scenario.options().env("OUTBOX_RELAY__SWEEP__GRACE_MS", 3_600_000);
+    let mut relay = scenario.relay_with(&options).await;
     let rows = |name: &str, seqs| under_key(events.rows(name, seqs), "xa");
 
     let rolled_back = outbox.prepare_xa(&unique("rb"), &rows("rb", 0..2)).await;
     let committed = outbox.prepare_xa(&unique("c"), &rows("c", 0..3)).await;
     outbox.insert_tx(&rows("between", 0..1)).await;
-    all_sent(&outbox, 1, Duration::from_secs(60)).await;
+    scenario.all_sent(1).await;
     let producer = stack.producer("xa_check").await;
     let stored = || async { producer.stored_count(&events.topic).await.expect("queue offsets") };
     assert_eq!(stored().await, 1, "prepared rows are not published, only the row committed after them");
@@ -89,11 +83,10 @@ async fn xa_rows_are_published_after_xa_commit_only_even_when_the_relay_restarts
     rolled_back.rollback().await;
     committed.commit().await;
     outbox.commit_xa_one_phase(&unique("one"), &rows("one", 0..2)).await;
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let relay = scenario.relay_with(&options).await;
 
-    all_sent(&outbox, 6, Duration::from_secs(60)).await;
-    let got = consumed_all(&collector, &events, 6, Duration::from_secs(60)).await;
+    scenario.all_sent(6).await;
+    let got = scenario.received(6).await;
     let expected: BTreeSet<String> = [("between", 0..1), ("c", 0..3), ("one", 0..2)]
         .into_iter()
         .flat_map(|(name, seqs)| seqs.map(move |seq| (name, seq)))
@@ -104,18 +97,14 @@ async fn xa_rows_are_published_after_xa_commit_only_even_when_the_relay_restarts
     // again: `between` was sent a second time, the rolled-back rows never.
     assert_eq!(stored().await, 7, "between twice, 3 two-phase and 2 one-phase rows");
     producer.shutdown().await;
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_rolled_back_to_a_savepoint_are_not_published() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "savepoint").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("savepoint_consumer")).await;
-    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
-    relay.wait_ready().await;
+    let scenario = Scenario::consumed("savepoint").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let relay = scenario.relay().await;
     let aria = format!("app.{}_aria", outbox.name());
     outbox
         .exec(&format!("CREATE TABLE {aria} (id INT AUTO_INCREMENT PRIMARY KEY, note VARCHAR(32)) ENGINE=Aria"))
@@ -157,8 +146,8 @@ async fn rows_rolled_back_to_a_savepoint_are_not_published() {
         ])
         .await;
 
-    all_sent(&outbox, 5, Duration::from_secs(60)).await;
-    let got = consumed_all(&collector, &events, 5, Duration::from_secs(60)).await;
+    scenario.all_sent(5).await;
+    let got = scenario.received(5).await;
     let expected: BTreeSet<String> = ["innodb-keep", "innodb-after", "mixed-keep", "mixed-after", "first-keep"]
         .into_iter()
         .map(|name| events.id(name, 0))
@@ -171,19 +160,14 @@ async fn rows_rolled_back_to_a_savepoint_are_not_published() {
         "no rolled-back row was published"
     );
     producer.shutdown().await;
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_keys_interleaved_and_a_10k_row_transaction_arrive_in_per_key_order() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "order").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("order_consumer")).await;
-    let mut relay =
-        RelayProcess::start(&stack, &RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__LANES__MAX_IN_FLIGHT", 2_000));
-    relay.wait_ready().await;
+    let scenario = Scenario::consumed("order").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let relay = scenario.relay_with(&scenario.options().env("OUTBOX_RELAY__LANES__MAX_IN_FLIGHT", 2_000)).await;
 
     // 50 keys x 200 events: each transaction takes 4 events of every key, in multi-row
     // INSERTs (one per key) interleaved across keys, so keys share transactions.
@@ -213,31 +197,26 @@ async fn fifty_keys_interleaved_and_a_10k_row_transaction_arrive_in_per_key_orde
     outbox.insert_tx(&big).await;
 
     let total = 50 * 400;
-    all_sent(&outbox, total, Duration::from_secs(240)).await;
-    let deliveries = consumed_all(&collector, &events, total, Duration::from_secs(240)).await;
-    assert_per_key_order(&stack, &events.topic, &deliveries).await;
-    assert_eq!(relay.stop(), Some(0), "clean shutdown");
-    collector.shutdown().await;
+    all_sent(outbox, total, Duration::from_secs(240)).await;
+    let deliveries = consumed_all(scenario.collector(), events, total, Duration::from_secs(240)).await;
+    scenario.assert_per_key_order(&deliveries).await;
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_committed_while_the_relay_is_stopped_stay_pending_then_are_sent_once() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "seed").await;
-    let options = RelayOptions::new(outbox.name());
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let scenario = Scenario::consumed("seed").await;
+    let Scenario { outbox, events, .. } = &scenario;
+    let options = scenario.options();
+    let mut relay = scenario.relay_with(&options).await;
     assert_eq!(relay.stop(), Some(0));
 
     outbox.insert_tx(&events.rows("order-9", 0..20)).await;
     assert_eq!(outbox.count_status(RowStatus::Pending).await, 20, "no relay: rows stay PENDING (status 0)");
 
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("seed_consumer")).await;
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
-    all_sent(&outbox, 20, Duration::from_secs(60)).await;
-    let got = consumed_all(&collector, &events, 20, Duration::from_secs(60)).await;
+    let mut relay = scenario.relay_with(&options).await;
+    scenario.all_sent(20).await;
+    let got = scenario.received(20).await;
     // A clean stop checkpointed: the restart resumed exactly there, so each event once.
     let counts = delivery_counts(&got);
     assert!(counts.values().all(|&c| c == 1), "each event consumed once: {counts:?}");
@@ -266,29 +245,25 @@ async fn rows_committed_while_the_relay_is_stopped_stay_pending_then_are_sent_on
         .expect("mirror row");
     let (file, pos) = mirror.expect("a checkpoint mirror row for this outbox table");
     assert!(!file.is_empty() && pos > 4, "mirrored position {file}:{pos}");
-    collector.shutdown().await;
+    scenario.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_after_sends_before_the_checkpoint_gives_duplicates_never_loss() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "kill").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("kill_consumer")).await;
+    let scenario = Scenario::consumed("kill").await;
+    let Scenario { outbox, events, .. } = &scenario;
     // A checkpoint interval far longer than the test: sends happen, the position does not move.
-    let options = RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__CHECKPOINT__INTERVAL_MS", 3_600_000);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let options = scenario.options().env("OUTBOX_RELAY__CHECKPOINT__INTERVAL_MS", 3_600_000);
+    let relay = scenario.relay_with(&options).await;
     outbox.insert_tx(&events.rows("kill-a", 0..50)).await;
     outbox.insert_tx(&events.rows("kill-b", 0..50)).await;
-    all_sent(&outbox, 100, Duration::from_secs(60)).await;
-    consumed_all(&collector, &events, 100, Duration::from_secs(60)).await;
+    scenario.all_sent(100).await;
+    scenario.received(100).await;
     relay.kill();
 
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let relay = scenario.relay_with(&options).await;
     let got = eventually("every event delivered a second time after the restart", Duration::from_secs(60), || async {
-        let got = collector.received(|id| id.starts_with(&format!("{}-", events.prefix)));
+        let got = scenario.collector().received(|id| id.starts_with(&format!("{}-", events.prefix)));
         (got.len() >= 200).then_some(got)
     })
     .await;
@@ -298,8 +273,7 @@ async fn sigkill_after_sends_before_the_checkpoint_gives_duplicates_never_loss()
     eprintln!("after SIGKILL: {} distinct events, {duplicates} duplicates, {lost} lost", counts.len());
     assert_eq!(lost, 0, "nothing lost");
     assert_eq!(duplicates, 100, "the unacknowledged-by-checkpoint range is resent once");
-    relay.stop();
-    collector.shutdown().await;
+    scenario.finish(relay).await;
 }
 
 /// Runs the relay until it exits by itself; returns its exit code and log.
@@ -353,11 +327,10 @@ async fn a_column_added_before_the_payload_while_the_relay_is_stopped_changes_no
         Some("FULL"),
         "the stack's replica names columns in row events (restart it: scripts/stack down; scripts/stack up)"
     );
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "alter").await;
-    let options = RelayOptions::new(outbox.name());
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let scenario = Scenario::consumed("alter").await;
+    let Scenario { outbox, events, .. } = &scenario;
+    let options = scenario.options();
+    let mut relay = scenario.relay_with(&options).await;
     assert_eq!(relay.stop(), Some(0));
 
     // While it is stopped: rows, an ALTER that puts a column before `payload`, more rows.
@@ -370,11 +343,9 @@ async fn a_column_added_before_the_payload_while_the_relay_is_stopped_changes_no
         .await;
     outbox.insert_tx(&after).await;
 
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("alter_consumer")).await;
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
-    all_sent(&outbox, 10, Duration::from_secs(60)).await;
-    let got = consumed_all(&collector, &events, 10, Duration::from_secs(60)).await;
+    let relay = scenario.relay_with(&options).await;
+    scenario.all_sent(10).await;
+    let got = scenario.received(10).await;
     for row in before.iter().chain(&after) {
         let delivery = got.iter().find(|d| d.event_id == row.event_id).expect("every row delivered");
         assert_eq!(
@@ -387,8 +358,7 @@ async fn a_column_added_before_the_payload_while_the_relay_is_stopped_changes_no
     // Read from the binlog, not left to the sweep (its grace is a minute).
     assert_eq!(relay.metric("relay_events_published_total{path=\"binlog\"}"), 10.0);
     assert_eq!(relay.metric("relay_events_published_total{path=\"sweep\"}"), 0.0);
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    scenario.finish(relay).await;
 }
 
 /// `relay_commit_to_ack_seconds` measures each event from its `created_at` (the
@@ -406,18 +376,16 @@ async fn commit_to_ack_agrees_with_created_at_and_sent_at_in_the_table() {
     const SUM: &str = "relay_commit_to_ack_seconds_sum";
     const IN_RELAY_COUNT: &str = "relay_route_to_ack_seconds_count";
     const IN_RELAY_SUM: &str = "relay_route_to_ack_seconds_sum";
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "ack_time").await;
-    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
-    relay.wait_ready().await;
+    let scenario = Scenario::new("ack_time").await;
+    let Scenario { outbox, events, .. } = &scenario;
+    let relay = scenario.relay().await;
     // Until its first clock probe the relay observes nothing: one event at a time until it does.
     let mut warm = 0;
     while relay.metric(COUNT) == 0.0 {
         assert!(warm < 30, "no commit-to-ack observed after {warm} events");
         outbox.insert_tx(&events.rows("warm", warm..warm + 1)).await;
         warm += 1;
-        all_sent(&outbox, warm, Duration::from_secs(60)).await;
+        scenario.all_sent(warm).await;
     }
     let (count_before, sum_before) = (relay.metric(COUNT), relay.metric(SUM));
     let (in_relay_count_before, in_relay_sum_before) = (relay.metric(IN_RELAY_COUNT), relay.metric(IN_RELAY_SUM));
@@ -425,7 +393,7 @@ async fn commit_to_ack_agrees_with_created_at_and_sent_at_in_the_table() {
     for seq in 0..MEASURED {
         outbox.insert_tx(&events.rows("measured", seq..seq + 1)).await;
     }
-    all_sent(&outbox, warm + MEASURED, Duration::from_secs(60)).await;
+    scenario.all_sent(warm + MEASURED).await;
     let observed = relay.metric(COUNT) - count_before;
     assert_eq!(observed, MEASURED as f64, "one observation per event");
     let relay_mean_ms = (relay.metric(SUM) - sum_before) / observed * 1_000.0;
@@ -456,7 +424,7 @@ async fn commit_to_ack_agrees_with_created_at_and_sent_at_in_the_table() {
         0.0 < in_relay_mean_ms && in_relay_mean_ms < relay_mean_ms,
         "inside the relay {in_relay_mean_ms:.3} ms on average, commit to ack {relay_mean_ms:.3} ms"
     );
-    assert_eq!(relay.stop(), Some(0));
+    scenario.finish(relay).await;
 }
 
 /// A lane waits the linger for company only while its batches find some: the first
@@ -466,21 +434,18 @@ async fn commit_to_ack_agrees_with_created_at_and_sent_at_in_the_table() {
 async fn a_trickle_is_sent_as_it_comes_and_only_a_lanes_first_event_waits_the_linger() {
     const LINGER_MS: u64 = 3_000;
     const IN_RELAY_SUM: &str = "relay_route_to_ack_seconds_sum";
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "trickle").await;
-    let options = RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__LANES__LINGER_MS", LINGER_MS);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let scenario = Scenario::new("trickle").await;
+    let Scenario { outbox, events, .. } = &scenario;
+    let relay = scenario.relay_with(&scenario.options().env("OUTBOX_RELAY__LANES__LINGER_MS", LINGER_MS)).await;
     outbox.insert_tx(&events.rows("k", 0..1)).await;
-    all_sent(&outbox, 1, Duration::from_secs(60)).await;
+    scenario.all_sent(1).await;
     let first = relay.metric(IN_RELAY_SUM);
     assert!(first >= LINGER_MS as f64 / 1_000.0, "the lane's first event waited the linger: {first:.3} s");
     for seq in 1..6 {
         outbox.insert_tx(&events.rows("k", seq..seq + 1)).await;
-        all_sent(&outbox, seq + 1, Duration::from_secs(60)).await;
+        scenario.all_sent(seq + 1).await;
     }
     let each = (relay.metric(IN_RELAY_SUM) - first) / 5.0;
     assert!(each < 1.0, "each later event was sent at once, not after {LINGER_MS} ms: {each:.3} s on average");
-    assert_eq!(relay.stop(), Some(0));
+    scenario.finish(relay).await;
 }

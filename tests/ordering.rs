@@ -9,11 +9,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::collector::Collector;
-use common::events::{all_sent, assert_per_key_order, consumed_all, delivery_counts, Events};
+use common::events::{delivery_counts, Events};
 use common::outbox::{Row, TestOutbox};
-use common::relay::{RelayOptions, RelayProcess};
-use common::{eventually, unique, Stack};
+use common::relay::RelayOptions;
+use common::scenario::Scenario;
+use common::{eventually, throughout};
 use mysql_async::prelude::Queryable;
 use outbox_kit::RowStatus;
 
@@ -33,19 +33,18 @@ async fn status_of(outbox: &TestOutbox, event_id: &str) -> Option<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_the_broker_refuses_for_one_event_fails_that_event_alone() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "split").await;
+    let scenario = Scenario::consumed("split").await;
+    let Scenario { outbox, events, .. } = &scenario;
     // The relay believes in a larger limit than the broker's, so the whole batch of 64
     // goes to the broker, which refuses it: only splitting finds the bad event.
-    let options = RelayOptions::new(outbox.name())
+    let options = scenario
+        .options()
         .env("OUTBOX_RELAY__ROCKETMQ__MAX_MESSAGE_BYTES", 64 * 1024 * 1024)
         .env("OUTBOX_RELAY__RETRY__FAILED_KEY_POLICY", "continue")
         .env("OUTBOX_RELAY__LANES__LINGER_MS", 200);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let relay = scenario.relay_with(&options).await;
     let mut rows = events.rows("k", 0..64);
-    rows[31] = oversized(&events, "k", 31);
+    rows[31] = oversized(events, "k", 31);
     outbox.insert_tx(&rows).await;
     eventually("63 rows SENT and one FAILED", Duration::from_secs(60), || async {
         let (sent, failed) = (outbox.count_status(RowStatus::Sent).await, outbox.count_status(RowStatus::Failed).await);
@@ -53,18 +52,17 @@ async fn a_batch_the_broker_refuses_for_one_event_fails_that_event_alone() {
     })
     .await;
     assert_eq!(outbox.count_status(RowStatus::Failed).await, 1, "exactly one row FAILED");
-    assert_eq!(status_of(&outbox, &events.id("k", 31)).await, Some(RowStatus::Failed.code()), "the oversized one");
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("split_consumer")).await;
-    let deliveries = consumed_all(&collector, &events, 63, Duration::from_secs(60)).await;
-    assert_per_key_order(&stack, &events.topic, &deliveries).await;
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    assert_eq!(status_of(outbox, &events.id("k", 31)).await, Some(RowStatus::Failed.code()), "the oversized one");
+    let deliveries = scenario.received(63).await;
+    scenario.assert_per_key_order(&deliveries).await;
+    scenario.finish(relay).await;
 }
 
 /// The relay for the policy tests: the sweep comes often and leaves rows to the
 /// binlog path only briefly, so released keys are delivered within seconds.
-fn policy_relay(outbox: &TestOutbox, policy: &str) -> RelayOptions {
-    RelayOptions::new(outbox.name())
+fn policy_relay(scenario: &Scenario, policy: &str) -> RelayOptions {
+    scenario
+        .options()
         .env("OUTBOX_RELAY__RETRY__FAILED_KEY_POLICY", policy)
         .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 300)
         .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 500)
@@ -72,16 +70,14 @@ fn policy_relay(outbox: &TestOutbox, policy: &str) -> RelayOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_hold_a_failed_event_holds_its_key_until_skipped_or_requeued_while_other_keys_flow() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "hold").await;
-    let mut relay = RelayProcess::start(&stack, &policy_relay(&outbox, "hold"));
-    relay.wait_ready().await;
+    let scenario = Scenario::consumed("hold").await;
+    let Scenario { outbox, events, .. } = &scenario;
+    let relay = scenario.relay_with(&policy_relay(&scenario, "hold")).await;
     // Key "bad" fails at seq 1 (too large); key "fix" fails at seq 1 too.
     let mut rows = events.rows("bad", 0..5);
-    rows[1] = oversized(&events, "bad", 1);
+    rows[1] = oversized(events, "bad", 1);
     let mut fix = events.rows("fix", 0..5);
-    fix[1] = oversized(&events, "fix", 1);
+    fix[1] = oversized(events, "fix", 1);
     rows.extend(fix);
     outbox.insert_tx(&rows).await;
     outbox.insert_tx(&events.rows("good", 0..20)).await;
@@ -102,15 +98,12 @@ async fn under_hold_a_failed_event_holds_its_key_until_skipped_or_requeued_while
     })
     .await;
     // Watched over several sweep periods and fences: nothing behind a FAILED event moves.
-    let watch_until = tokio::time::Instant::now() + Duration::from_secs(3);
-    while tokio::time::Instant::now() < watch_until {
-        for key in ["bad", "fix"] {
-            for seq in 2..6 {
-                assert_eq!(status_of(&outbox, &events.id(key, seq)).await, Some(0), "{key} {seq} held PENDING");
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    throughout("the rows behind the FAILED events stay PENDING", Duration::from_secs(3), || async {
+        let statuses = outbox.statuses().await;
+        let held = ["bad", "fix"].iter().flat_map(|key| (2..6).map(move |seq| events.id(key, seq)));
+        held.filter(|id| statuses.get(id).map(|s| s.0) != Some(0)).collect::<Vec<_>>()
+    })
+    .await;
 
     // An operator skips "bad"'s event and fixes then requeues "fix"'s.
     let table = outbox.table.qualified();
@@ -131,23 +124,19 @@ async fn under_hold_a_failed_event_holds_its_key_until_skipped_or_requeued_while
         (bad && fix).then_some(())
     })
     .await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("hold_consumer")).await;
-    let deliveries = consumed_all(&collector, &events, 6 + 7 + 20, Duration::from_secs(60)).await;
-    assert_per_key_order(&stack, &events.topic, &deliveries).await;
+    let deliveries = scenario.received(6 + 7 + 20).await;
+    scenario.assert_per_key_order(&deliveries).await;
     assert_eq!(relay.metric("relay_held_keys"), 0.0, "released");
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_continue_a_failed_event_does_not_hold_its_key() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "continue").await;
-    let mut relay = RelayProcess::start(&stack, &policy_relay(&outbox, "continue"));
-    relay.wait_ready().await;
+    let scenario = Scenario::new("continue").await;
+    let Scenario { outbox, events, .. } = &scenario;
+    let relay = scenario.relay_with(&policy_relay(&scenario, "continue")).await;
     let mut rows = events.rows("bad", 0..5);
-    rows[1] = oversized(&events, "bad", 1);
+    rows[1] = oversized(events, "bad", 1);
     outbox.insert_tx(&rows).await;
     outbox.insert_tx(&[events.row("bad", 5)]).await;
     eventually("the later events of the key SENT", Duration::from_secs(60), || async {
@@ -156,23 +145,20 @@ async fn under_continue_a_failed_event_does_not_hold_its_key() {
         later.then_some(())
     })
     .await;
-    assert_eq!(status_of(&outbox, &events.id("bad", 1)).await, Some(RowStatus::Failed.code()));
+    assert_eq!(status_of(outbox, &events.id("bad", 1)).await, Some(RowStatus::Failed.code()));
     assert_eq!(relay.metric("relay_held_keys"), 0.0);
-    assert_eq!(relay.stop(), Some(0));
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_held_open_past_the_grace_does_not_let_the_sweep_reorder_its_key() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "longtx").await;
+    let scenario = Scenario::consumed("longtx").await;
+    let Scenario { outbox, events, .. } = &scenario;
     // A sweep every 100 ms that leaves only 500 ms to the binlog path: without the
     // fence it would take the long transaction's rows as soon as they commit.
-    let options = RelayOptions::new(outbox.name())
-        .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 100)
-        .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 500);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let options =
+        scenario.options().env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 100).env("OUTBOX_RELAY__SWEEP__GRACE_MS", 500);
+    let relay = scenario.relay_with(&options).await;
 
     // The long transaction inserts first (so its rows have the lowest ids and the
     // oldest created_at) but commits last: its rows come last in commit order.
@@ -189,21 +175,18 @@ async fn a_transaction_held_open_past_the_grace_does_not_let_the_sweep_reorder_i
     tokio::time::sleep_until(open_until).await; // open for more than twice the grace
     long.commit().await.expect("commit the long transaction");
 
-    all_sent(&outbox, 45, Duration::from_secs(60)).await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("longtx_consumer")).await;
-    let deliveries = consumed_all(&collector, &events, 45, Duration::from_secs(60)).await;
-    assert_per_key_order(&stack, &events.topic, &deliveries).await;
+    scenario.all_sent(45).await;
+    let deliveries = scenario.received(45).await;
+    scenario.assert_per_key_order(&deliveries).await;
     let twice: Vec<_> = delivery_counts(&deliveries).into_iter().filter(|(_, n)| *n > 1).collect();
     assert!(twice.is_empty(), "every row delivered once: {twice:?}");
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sending_row_without_a_lease_comes_back_and_an_unreadable_row_fails_alone() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "lease").await;
+    let scenario = Scenario::new("lease").await;
+    let Scenario { outbox, events, .. } = &scenario;
     outbox.insert_tx(&events.rows("k", 0..10)).await;
     let table = outbox.table.qualified();
     // Left SENDING without a lease (a relay that crashed in a table without leases),
@@ -215,16 +198,16 @@ async fn a_sending_row_without_a_lease_comes_back_and_an_unreadable_row_fails_al
         ))
         .await;
     outbox.exec(&format!("UPDATE {table} SET retry_count = -1 WHERE event_id = '{}'", events.id("k", 7))).await;
-    let options = RelayOptions::new(outbox.name())
+    let options = scenario
+        .options()
         .env("OUTBOX_RELAY__MODE", "poll")
         .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 200)
         .env("OUTBOX_RELAY__SWEEP__LEASE_MS", 2_000)
         .env("OUTBOX_RELAY__RETRY__FAILED_KEY_POLICY", "continue");
     let started = tokio::time::Instant::now();
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let relay = scenario.relay_with(&options).await;
     eventually("the row without a lease SENT", Duration::from_secs(30), || async {
-        (status_of(&outbox, &events.id("k", 3)).await == Some(2)).then_some(())
+        (status_of(outbox, &events.id("k", 3)).await == Some(2)).then_some(())
     })
     .await;
     assert!(started.elapsed() >= Duration::from_secs(2), "it came back only after a lease: {:?}", started.elapsed());
@@ -232,12 +215,12 @@ async fn a_sending_row_without_a_lease_comes_back_and_an_unreadable_row_fails_al
         (outbox.count_status(RowStatus::Sent).await == 9).then_some(())
     })
     .await;
-    assert_eq!(status_of(&outbox, &events.id("k", 7)).await, Some(RowStatus::Failed.code()), "the unreadable row");
+    assert_eq!(status_of(outbox, &events.id("k", 7)).await, Some(RowStatus::Failed.code()), "the unreadable row");
     let mut conn = outbox.pool.get_conn().await.expect("conn");
     let reason: Option<String> = conn
         .exec_first(format!("SELECT last_error FROM {table} WHERE event_id = ?"), (events.id("k", 7),))
         .await
         .expect("last_error");
     assert!(reason.is_some_and(|r| r.contains("cannot be read")), "a readable last_error");
-    assert_eq!(relay.stop(), Some(0));
+    scenario.finish(relay).await;
 }

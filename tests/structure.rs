@@ -1,5 +1,6 @@
-//! The shape of the code, checked: applications depend on a small crate, and the
-//! relay's modules import each other without cycles.
+//! The shape of the code, checked: applications depend on a small crate, the relay's
+//! modules import only downstream (the order `src/lib.rs` states), and neither crate
+//! has an import cycle, not even one through a parent module.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -25,15 +26,105 @@ fn the_application_kit_pulls_in_no_rocksdb_http_server_or_cli_parser() {
     }
 }
 
+/// The relay's top-level modules, upstream first: a module imports only modules below
+/// it. The same order is stated in `src/lib.rs`.
+const LAYERS: &[&str] = &[
+    "cli",
+    "exit",
+    "relay",
+    "ops",
+    "coordinator",
+    "supervise",
+    "http",
+    "error",
+    "checkpoint",
+    "source",
+    "lanes",
+    "write_back",
+    "leader",
+    "health",
+    "store",
+    "metrics",
+    "rocketmq",
+    "fault",
+    "findings",
+    "server",
+    "db",
+    "event",
+    "config",
+    "backoff",
+    "time",
+];
+
 #[test]
-fn the_relays_modules_import_each_other_without_a_cycle() {
+fn the_relays_modules_import_only_downstream_and_without_a_cycle() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let graph = module_graph(&src);
-    assert!(graph["relay::coordinator"].contains("lanes"), "the graph was read: {graph:#?}");
+    assert!(graph["coordinator"].contains("lanes"), "the graph was read: {graph:#?}");
     assert!(graph["source::binlog"].contains("source::sweep"), "second-level modules are nodes: {graph:#?}");
-    if let Some(cycle) = find_cycle(&graph) {
-        panic!("import cycle between modules: {}\n{graph:#?}", cycle.join(" -> "));
+    let folders = folder_graph(&graph);
+    for (module, imports) in &folders {
+        let rank = layer(module);
+        for imported in imports {
+            assert!(
+                layer(imported) > rank,
+                "{module} imports {imported}, which LAYERS puts above it: move the shared part down, or fix LAYERS and src/lib.rs"
+            );
+        }
     }
+    for (folder, siblings) in sibling_graphs(&graph) {
+        if let Some(cycle) = find_cycle(&siblings) {
+            panic!("import cycle inside {folder}: {}", cycle.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn the_kits_modules_import_each_other_without_a_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/outbox-kit/src");
+    let graph = module_graph(&src);
+    assert!(graph["consumer::idempotent"].contains("consumer::subscription"), "the graph was read: {graph:#?}");
+    if let Some(cycle) = find_cycle(&folder_graph(&graph)) {
+        panic!("import cycle between the kit's folders: {}", cycle.join(" -> "));
+    }
+    for (folder, siblings) in sibling_graphs(&graph) {
+        if let Some(cycle) = find_cycle(&siblings) {
+            panic!("import cycle inside the kit's {folder}: {}", cycle.join(" -> "));
+        }
+    }
+}
+
+/// Where `module` sits in [`LAYERS`]; a module missing from it fails the test.
+fn layer(module: &str) -> usize {
+    LAYERS
+        .iter()
+        .position(|m| *m == module)
+        .unwrap_or_else(|| panic!("{module} is not in LAYERS: add it where it belongs"))
+}
+
+/// The graph with every module collapsed to its top-level folder: a child's imports
+/// are its folder's, so a cycle through a parent and its child shows as one between
+/// folders.
+fn folder_graph(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, BTreeSet<String>> {
+    let top = |node: &str| node.split("::").next().unwrap_or(node).to_owned();
+    let mut folders: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (node, imports) in graph {
+        let entry = folders.entry(top(node)).or_default();
+        entry.extend(imports.iter().map(|i| top(i)).filter(|i| *i != top(node)));
+    }
+    folders
+}
+
+/// For each folder, the imports among its children (a child and the folder's own
+/// `mod.rs` are parent and child: their links are re-exports and shared types).
+fn sibling_graphs(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let mut folders: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (node, imports) in graph {
+        let Some((folder, _)) = node.split_once("::") else { continue };
+        let siblings = imports.iter().filter(|i| i.starts_with(&format!("{folder}::"))).cloned().collect();
+        folders.entry(folder.to_owned()).or_default().insert(node.clone(), siblings);
+    }
+    folders
 }
 
 #[test]
@@ -154,6 +245,30 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
     }
     let mut done = BTreeSet::new();
     graph.keys().find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn a_circle_through_a_parent_module_is_found() {
+    // The circle the tree once had: `check`'s source checks used the binlog settings,
+    // whose verdicts were `check`'s report types.
+    let dir = std::env::temp_dir().join(format!("structure-fixture-{}", std::process::id()));
+    let files = [
+        ("check/mod.rs", "mod source;\npub struct Finding;"),
+        ("check/source.rs", "use crate::source::binlog::settings::verdicts;"),
+        ("source/mod.rs", "pub mod binlog;"),
+        ("source/binlog/mod.rs", "pub mod settings;"),
+        ("source/binlog/settings.rs", "use crate::check::Finding;\npub fn verdicts() {}"),
+    ];
+    for (path, text) in files {
+        let file = dir.join(path);
+        std::fs::create_dir_all(file.parent().expect("a parent")).expect("create the fixture");
+        std::fs::write(&file, text).expect("write the fixture");
+    }
+    let graph = module_graph(&dir);
+    std::fs::remove_dir_all(&dir).expect("remove the fixture");
+    assert_eq!(find_cycle(&graph), None, "module by module there is no cycle: {graph:#?}");
+    let folders = folder_graph(&graph);
+    assert_eq!(find_cycle(&folders), Some(vec!["check".into(), "source".into(), "check".into()]), "{folders:#?}");
 }
 
 #[test]

@@ -9,10 +9,10 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::collector::Collector;
-use common::events::{all_sent, assert_per_key_order, consumed_all, delivery_counts, Events};
+use common::events::{all_sent, delivery_counts, Events};
 use common::outbox::{Row, TestOutbox};
 use common::relay::{RelayOptions, RelayProcess};
+use common::scenario::Scenario;
 use common::{eventually, fresh_topic, unique, Stack};
 use mysql_async::prelude::Queryable;
 use outbox_kit::RowStatus;
@@ -149,86 +149,74 @@ async fn three_sweepers_never_send_a_row_twice_and_a_killed_sweepers_rows_return
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_checkpoint_with_pending_rows_still_delivers_every_row() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "bootstrap").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("bootstrap_consumer")).await;
-    let options = RelayOptions::new(outbox.name());
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
-    outbox.insert_tx(&spread(&events, 5, 0..2)).await;
-    all_sent(&outbox, 10, Duration::from_secs(60)).await;
+    let scenario = Scenario::consumed("bootstrap").await;
+    let Scenario { outbox, events, .. } = &scenario;
+    let options = scenario.options();
+    let mut relay = scenario.relay_with(&options).await;
+    outbox.insert_tx(&spread(events, 5, 0..2)).await;
+    scenario.all_sent(10).await;
     assert_eq!(relay.stop(), Some(0));
 
     for seq in (2..62).step_by(10) {
-        outbox.insert_tx(&spread(&events, 5, seq..seq + 10)).await;
+        outbox.insert_tx(&spread(events, 5, seq..seq + 10)).await;
     }
     // No checkpoint anywhere: the RocksDB directory and the mirror row are both gone
     // (with the mirror left, the relay resumes from it: see tests/leader.rs).
     std::fs::remove_dir_all(&options.checkpoint_dir).expect("delete the RocksDB checkpoint");
     outbox.exec(&format!("DELETE FROM app.outbox_relay_checkpoint WHERE source_id = 'app.{}'", outbox.name())).await;
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
-    all_sent(&outbox, 310, Duration::from_secs(60)).await;
-    let deliveries = consumed_all(&collector, &events, 310, Duration::from_secs(60)).await;
-    assert_per_key_order(&stack, &events.topic, &deliveries).await;
-    let log = relay.log_text();
-    assert!(log.contains("first start: no checkpoint"), "the full sweep is logged:\n{log}");
-    assert_eq!(relay.metric("relay_full_sweeps_total"), 1.0, "and counted");
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    let relay = scenario.relay_with(&options).await;
+    scenario.all_sent(310).await;
+    let deliveries = scenario.received(310).await;
+    scenario.assert_per_key_order(&deliveries).await;
+    assert_eq!(relay.metric("relay_full_sweeps_total"), 1.0, "no checkpoint anywhere: one full sweep");
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(not(feature = "fault-injection"), ignore = "needs --features fault-injection (scripts/test enables it)")]
 async fn rows_on_the_broker_whose_sent_write_back_is_slow_are_not_swept_again() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "slow_write_back").await;
+    let scenario = Scenario::new("slow_write_back").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
     // Each SENT write-back waits 3 s (a slow primary), far past a grace of zero: every
     // row stays PENDING for seconds after the binlog path acknowledged it, while the
     // sweep fences and claims what the binlog path has passed, every 200 ms.
-    let mut relay = RelayProcess::start(
-        &stack,
-        &RelayOptions::new(outbox.name())
-            .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 200)
-            .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 0)
-            .env("OUTBOX_RELAY__SOURCE__HEARTBEAT_MS", 500)
-            .env("OUTBOX_RELAY_FAULT_SENT_WRITE_DELAY_MS", 3_000),
-    );
-    relay.wait_ready().await;
+    let options = scenario
+        .options()
+        .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 200)
+        .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 0)
+        .env("OUTBOX_RELAY__SOURCE__HEARTBEAT_MS", 500)
+        .env("OUTBOX_RELAY_FAULT_SENT_WRITE_DELAY_MS", 3_000);
+    let relay = scenario.relay_with(&options).await;
     for seq in 0..12 {
-        outbox.insert_tx(&spread(&events, 3, seq..seq + 1)).await;
+        outbox.insert_tx(&spread(events, 3, seq..seq + 1)).await;
         // Pacing the load (not synchronisation): commits spread over several seconds,
         // so the binlog path passes the sweep's fences while write-backs wait.
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    all_sent(&outbox, 36, Duration::from_secs(90)).await;
+    all_sent(outbox, 36, Duration::from_secs(90)).await;
 
     let waited = relay.metric("relay_sweep_write_back_wait_seconds_sum");
     assert!(waited > 1.0, "the sweep waited for the slow write-backs: {waited:.3} s in all");
     assert_eq!(relay.metric("relay_sweep_claimed_total"), 0.0, "and then claimed none of the rows");
-    assert_eq!(stored_on_broker(&stack, &events.topic).await, 36, "every event stored once");
-    assert_eq!(relay.stop(), Some(0));
+    assert_eq!(stored_on_broker(stack, &events.topic).await, 36, "every event stored once");
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sent_row_set_back_to_pending_by_hand_is_published_again() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "reset").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("reset_consumer")).await;
-    let options = RelayOptions::new(outbox.name())
+    let scenario = Scenario::consumed("reset").await;
+    let Scenario { outbox, events, .. } = &scenario;
+    let options = scenario
+        .options()
         .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 300)
         .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 1_000)
         .env("OUTBOX_RELAY__SOURCE__HEARTBEAT_MS", 500);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let relay = scenario.relay_with(&options).await;
     outbox.insert_tx(&[events.row("order-1", 0)]).await;
-    all_sent(&outbox, 1, Duration::from_secs(60)).await;
+    scenario.all_sent(1).await;
     let event_id = events.id("order-1", 0);
     let first_msg_id = outbox.statuses().await[&event_id].1.clone();
-    consumed_all(&collector, &events, 1, Duration::from_secs(60)).await;
+    scenario.received(1).await;
 
     outbox.exec(&format!("UPDATE {} SET status = 0 WHERE event_id = '{event_id}'", outbox.table.qualified())).await;
     let second_msg_id = eventually("the reset row SENT again", Duration::from_secs(60), || async {
@@ -238,34 +226,30 @@ async fn a_sent_row_set_back_to_pending_by_hand_is_published_again() {
     .await;
     assert!(second_msg_id.is_some_and(|m| !m.is_empty()));
     let deliveries = eventually("the event delivered a second time", Duration::from_secs(60), || async {
-        let got = collector.received(|id| id == event_id);
+        let got = scenario.collector().received(|id| id == event_id);
         (got.len() >= 2).then_some(got)
     })
     .await;
     assert_eq!(delivery_counts(&deliveries)[event_id.as_str()], 2, "published once more, not more");
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_topic_and_an_oversized_payload_fail_at_once_while_other_events_flow() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "poison").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("poison_consumer")).await;
-    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
-    relay.wait_ready().await;
+    let scenario = Scenario::consumed("poison").await;
+    let Scenario { outbox, events, .. } = &scenario;
+    let relay = scenario.relay().await;
 
     let missing_topic = unique("t_missing");
     let mut lost = events.row("lost", 0);
     lost.topic = missing_topic.clone();
     let mut huge = events.row("huge", 0);
     huge.payload = format!(r#"{{"blob":"{}"}}"#, "x".repeat(5 << 20));
-    let mut rows = spread(&events, 4, 0..5);
+    let mut rows = spread(events, 4, 0..5);
     rows.insert(7, lost);
     rows.insert(13, huge);
     outbox.insert_tx(&rows).await;
-    outbox.insert_tx(&spread(&events, 4, 5..10)).await;
+    outbox.insert_tx(&spread(events, 4, 5..10)).await;
 
     let failed = eventually("the two poison rows FAILED", Duration::from_secs(60), || async {
         let mut conn = outbox.pool.get_conn().await.ok()?;
@@ -289,38 +273,32 @@ async fn a_missing_topic_and_an_oversized_payload_fail_at_once_while_other_event
         "readable: {huge_error}"
     );
     assert!(lost_error.contains(&missing_topic) && lost_error.contains("does not exist"), "readable: {lost_error}");
-    let deliveries = consumed_all(&collector, &events, 40, Duration::from_secs(60)).await;
+    let deliveries = scenario.received(40).await;
     assert!(deliveries.iter().all(|d| d.biz_key.starts_with('k')), "only the good events were delivered");
     assert_eq!(outbox.count_status(RowStatus::Sent).await, 40, "every other event SENT");
     assert_eq!(relay.metric("relay_failed_total{reason=\"too_large\"}"), 1.0, "the alert metric counts the huge one");
     assert_eq!(relay.metric("relay_failed_total{reason=\"no_topic\"}"), 1.0, "and the lost one, each by its reason");
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poll_mode_alone_delivers_everything_in_key_order_with_the_seeds_parameters() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "poll").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("poll_consumer")).await;
+    let scenario = Scenario::consumed("poll").await;
+    let Scenario { outbox, events, .. } = &scenario;
     for seq in (0..40).step_by(10) {
-        outbox.insert_tx(&spread(&events, 20, seq..seq + 10)).await;
+        outbox.insert_tx(&spread(events, 20, seq..seq + 10)).await;
     }
     // No interval or batch set: poll mode defaults to the seed's 500 ms and 100 rows.
-    let options = RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__MODE", "poll");
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let relay = scenario.relay_with(&scenario.options().env("OUTBOX_RELAY__MODE", "poll")).await;
     for seq in (40..50).step_by(2) {
-        outbox.insert_tx(&spread(&events, 20, seq..seq + 2)).await;
+        outbox.insert_tx(&spread(events, 20, seq..seq + 2)).await;
     }
-    all_sent(&outbox, 1_000, Duration::from_secs(120)).await;
-    let deliveries = consumed_all(&collector, &events, 1_000, Duration::from_secs(60)).await;
-    assert_per_key_order(&stack, &events.topic, &deliveries).await;
+    all_sent(outbox, 1_000, Duration::from_secs(120)).await;
+    let deliveries = scenario.received(1_000).await;
+    scenario.assert_per_key_order(&deliveries).await;
     assert_eq!(outbox.count_status(RowStatus::Sending).await, 0);
-    assert!(!relay.log_text().contains("tailing binlog"), "poll mode never touches the binlog");
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    assert_eq!(relay.metric("relay_events_published_total{path=\"binlog\"}"), 0.0, "poll mode reads no binlog");
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

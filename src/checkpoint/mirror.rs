@@ -11,8 +11,22 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Pool, Value};
 
 use super::Checkpoint;
-use crate::store::{PositionReport, ReadFor, TermFence};
+use serde::Serialize;
+
+use crate::store::{ReadFor, TermFence};
 use outbox_kit::OutboxTable;
+
+/// The mirrored checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PositionReport {
+    pub file: String,
+    pub pos: u64,
+    pub gtid: Option<String>,
+    pub server: Option<String>,
+    /// The leader term that wrote it.
+    pub term: u64,
+    pub updated_at: String,
+}
 
 /// The mirror row of one outbox table, written under one leader term.
 #[derive(Clone)]

@@ -5,8 +5,7 @@
 //! acknowledged (see `ack`), in one synced RocksDB write: a crash resumes at or
 //! before the first unacknowledged event (duplicates, never loss).
 
-mod mirror;
-pub mod position;
+pub(crate) mod mirror;
 mod store;
 mod writer;
 
@@ -18,7 +17,7 @@ use crate::rocketmq::QueueLayout;
 use crate::source::binlog::GtidState;
 use crate::source::BinlogPosition;
 
-pub use mirror::Mirror;
+pub use mirror::{Mirror, PositionReport};
 pub use store::{CheckpointError, CheckpointStore};
 pub(crate) use writer::{CheckpointWriter, WriterStopped};
 

@@ -24,6 +24,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backoff::Backoff;
+
 pub use claim::ClaimMethod;
 pub use db_url::DbUrl;
 pub use load::{load, load_from_str, ConfigError, ENV_PREFIX};
@@ -362,11 +364,9 @@ impl SweepConfig {
 }
 
 impl RetryConfig {
-    pub fn backoff_initial(&self) -> Duration {
-        Duration::from_millis(self.backoff_initial_ms)
-    }
-    pub fn backoff_max(&self) -> Duration {
-        Duration::from_millis(self.backoff_max_ms)
+    /// The pacing of retries: sends of the lanes, and the lanes' database writes.
+    pub fn backoff(&self) -> Backoff {
+        Backoff::new(Duration::from_millis(self.backoff_initial_ms), Duration::from_millis(self.backoff_max_ms))
     }
 }
 

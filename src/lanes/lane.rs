@@ -34,7 +34,7 @@ use super::outage::OutageFlag;
 use super::outcome::{Attempts, LaneEvent};
 use super::recorder::Recorder;
 use crate::backoff::{Backoff, NextAttempt};
-use crate::config::FailedKeyPolicy;
+use crate::config::{Config, FailedKeyPolicy};
 use crate::fault;
 use crate::health::{Health, Part};
 use crate::leader::Term;
@@ -58,6 +58,20 @@ pub struct LaneSettings {
     pub max_retry: u32,
     pub backoff: Backoff,
     pub failed_key_policy: FailedKeyPolicy,
+}
+
+impl LaneSettings {
+    /// The lanes' batching, size limit and retry policy from the configuration.
+    pub fn new(config: &Config) -> Self {
+        Self {
+            batch_size: config.lanes.batch_size,
+            linger: Duration::from_millis(config.lanes.linger_ms),
+            max_message_bytes: config.rocketmq.max_message_bytes,
+            max_retry: config.retry.max_retry,
+            backoff: config.retry.backoff(),
+            failed_key_policy: config.retry.failed_key_policy,
+        }
+    }
 }
 
 /// The way into a lane: each event counts in the lane's in-flight gauge until its

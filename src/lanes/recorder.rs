@@ -10,7 +10,7 @@
 //! in the relay.
 
 use std::future::Future;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use outbox_kit::RowStatus;
 use prometheus_client::metrics::gauge::Gauge;
@@ -38,6 +38,19 @@ pub struct Recorder {
 }
 
 impl Recorder {
+    /// The recorder of one term's lanes, reporting to `reports` and pacing its
+    /// database retries by `backoff`; each lane gets its own with [`Recorder::for_lane`].
+    pub fn new(
+        status: StatusStore,
+        claims: ClaimStore,
+        backoff: Backoff,
+        reports: mpsc::UnboundedSender<Vec<LaneReport>>,
+        shutdown: CancellationToken,
+        metrics: RelayMetrics,
+    ) -> Self {
+        Self { status, claims, backoff, reports, shutdown, metrics, inflight: Gauge::default() }
+    }
+
     /// The recorder of one lane, whose in-flight gauge it keeps.
     pub fn for_lane(&self, inflight: Gauge) -> Self {
         Self { inflight, ..self.clone() }
@@ -52,7 +65,7 @@ impl Recorder {
     }
 
     fn measure_sent(&self, events: &[LaneEvent], at: SystemTime) {
-        let at_us = at.duration_since(UNIX_EPOCH).map(|d| d.as_micros() as f64).unwrap_or_default();
+        let at_us = crate::time::unix_micros(at) as f64;
         let swept = events.iter().filter(|e| e.swept()).count();
         self.metrics.published(Path::Sweep, swept);
         self.metrics.published(Path::Binlog, events.len() - swept);
@@ -63,7 +76,7 @@ impl Recorder {
         for event in events {
             self.metrics.route_to_ack.observe(now.duration_since(event.routed).as_secs_f64());
         }
-        self.inflight.dec_by(i64::try_from(events.len()).unwrap_or(i64::MAX));
+        self.inflight.dec_by(crate::metrics::gauge_value(events.len()));
     }
 
     /// Writes FAILED with `detail` (why, in words), then reports. `false` when shut down first.
@@ -134,7 +147,7 @@ impl Recorder {
     }
 
     fn report(&self, events: &[LaneEvent], outcome: Outcome) -> bool {
-        self.inflight.dec_by(i64::try_from(events.len()).unwrap_or(i64::MAX));
+        self.inflight.dec_by(crate::metrics::gauge_value(events.len()));
         self.reports.send(events.iter().map(|e| e.report(outcome.clone())).collect()).is_ok()
     }
 }

@@ -57,7 +57,7 @@ impl Term {
     /// `lease_until` to its own now plus the lease, which is later than this.
     pub(crate) fn renewed(&self, requested_at: Instant) {
         let until = requested_at.saturating_duration_since(self.inner.origin) + self.inner.holds_for;
-        self.inner.holds_until_ms.fetch_max(millis(until), Ordering::AcqRel);
+        self.inner.holds_until_ms.fetch_max(crate::time::millis(until), Ordering::AcqRel);
     }
 
     /// How long until the term ends unless renewed (zero once it has).
@@ -77,7 +77,7 @@ impl Term {
     }
 
     fn elapsed_ms(&self) -> u64 {
-        millis(self.inner.origin.elapsed())
+        crate::time::millis(self.inner.origin.elapsed())
     }
 }
 
@@ -106,10 +106,6 @@ impl TermTiming {
     pub(crate) fn renew_every(&self) -> Duration {
         (self.holds_for() / 3).max(Duration::from_millis(100))
     }
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

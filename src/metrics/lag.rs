@@ -15,7 +15,6 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The expiry setting is not known yet.
 const EXPIRY_UNKNOWN: u64 = u64::MAX;
@@ -110,7 +109,7 @@ impl LagClocks {
 
     /// The ages now.
     pub fn ages(&self) -> Ages {
-        self.ages_at(unix_millis_now())
+        self.ages_at(crate::time::unix_millis_now())
     }
 
     /// The ages at `now_ms`. The headroom is what is left of the expiry once the
@@ -129,11 +128,6 @@ impl LagClocks {
         };
         Ages { binlog_lag: age(&self.read_through_ms), checkpoint_age, expiry_headroom }
     }
-}
-
-/// Milliseconds since the Unix epoch on this host's clock.
-pub fn unix_millis_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
 }
 
 #[cfg(test)]

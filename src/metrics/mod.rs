@@ -30,7 +30,12 @@ use labels::{
     SendStatusLabel,
 };
 pub use labels::{FailReason, Path, SendStatus, WriteMiss};
-pub use lag::{unix_millis_now, Ages, LagClocks};
+pub use lag::{Ages, LagClocks};
+
+/// A count as a gauge's value; a count past `i64` reads as its largest.
+pub fn gauge_value(count: impl TryInto<i64>) -> i64 {
+    count.try_into().unwrap_or(i64::MAX)
+}
 
 use crate::rocketmq::ErrorClass;
 
@@ -66,6 +71,8 @@ pub struct RelayMetrics {
     pub write_back_wait: LatencyHistogram,
     pub reclaimed: Counter,
     pub position_lost: Counter,
+    /// Binlog connections lost and tried again.
+    pub binlog_reconnects: Counter,
     pub full_sweeps: Counter,
     pub leader: Gauge,
     pub leader_term: Gauge,
@@ -117,6 +124,7 @@ impl RelayMetrics {
             write_back_wait: LatencyHistogram::new(&LATENCY_BUCKETS),
             reclaimed: Counter::default(),
             position_lost: Counter::default(),
+            binlog_reconnects: Counter::default(),
             full_sweeps: Counter::default(),
             leader: Gauge::default(),
             leader_term: Gauge::default(),
@@ -206,6 +214,11 @@ impl RelayMetrics {
             "relay_position_lost",
             "Times the saved binlog position could not be read (purged, another server): a full sweep followed",
             self.position_lost.clone(),
+        );
+        registry.register(
+            "relay_binlog_reconnects",
+            "Binlog connections lost (the source restarted, a network cut, a dead connection) and tried again",
+            self.binlog_reconnects.clone(),
         );
         registry.register(
             "relay_full_sweeps",
@@ -306,7 +319,7 @@ impl RelayMetrics {
     pub fn outbox_rows(&self, counts: &[(RowStatus, u64)]) {
         for (status, rows) in counts {
             let gauge = self.outbox_rows.get_or_create(&RowStatusLabel { status: RowStatusValue(*status) });
-            gauge.set(i64::try_from(*rows).unwrap_or(i64::MAX));
+            gauge.set(gauge_value(*rows));
         }
     }
 

@@ -16,6 +16,8 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
+use super::gauge_value;
+
 /// One process's cost at one instant.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ProcessStats {
@@ -72,7 +74,7 @@ impl ProcessStats {
 /// Registers the process series and the runtime's worker threads in `registry`.
 pub(crate) fn register(registry: &mut Registry, worker_threads: usize) {
     let workers = Gauge::<i64>::default();
-    workers.set(i64::try_from(worker_threads).unwrap_or(i64::MAX));
+    workers.set(gauge_value(worker_threads));
     registry.register(
         "relay_runtime_worker_threads",
         "Worker threads of the runtime (runtime.worker_threads): about the cores the relay can use at once",

@@ -11,9 +11,10 @@ use mysql_async::Pool;
 use tokio_util::sync::CancellationToken;
 
 use crate::health::{Health, Part};
-use crate::metrics::{unix_millis_now, RelayMetrics};
+use crate::metrics::RelayMetrics;
 use crate::source::binlog::{bytes_after, expire_seconds, replication, Replication};
 use crate::store::StatusStore;
+use crate::time::unix_millis_now;
 
 /// How often the backlog is measured for `outbox_oldest_pending_seconds`.
 const OUTBOX_POLL: Duration = Duration::from_secs(5);

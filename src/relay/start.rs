@@ -27,7 +27,8 @@ use crate::checkpoint::{Checkpoint, CheckpointStore, Mirror};
 use crate::config::{Config, DbUrl};
 use crate::db::{self, DbError};
 use crate::rocketmq::QueueLayout;
-use crate::source::binlog::{self, ColumnMap, Flavor, GtidState, ServerInfo, Start, StartKind};
+use crate::server::{Flavor, ServerInfo};
+use crate::source::binlog::{self, ColumnMap, GtidState, Start, StartKind};
 use outbox_kit::OutboxTable;
 
 /// How long a new leader waits for the mirror row before it goes on without it.

@@ -12,7 +12,6 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU16, Ordering};
 use std::sync::LazyLock;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, Datelike, Local, LocalResult, Months, TimeZone};
 use rocketmq_model::common::message::message_client_id_setter::MessageClientIDSetter;
@@ -94,9 +93,9 @@ fn month_start(at: DateTime<Local>) -> DateTime<Local> {
     }
 }
 
-fn now_millis() -> i64 {
-    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+/// Milliseconds since the Unix epoch, as RocketMQ stamps times.
+pub(super) fn now_millis() -> i64 {
+    i64::try_from(crate::time::unix_millis_now()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

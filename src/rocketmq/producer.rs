@@ -18,10 +18,11 @@ use rocketmq_client_rust::{AclClientRPCHook, ClientConfig, ClientRuntime, Defaul
 use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_model::common::message::message_queue::MessageQueue;
 
-use super::request::{answer, now_millis, send_request, Destination};
+use super::request::{answer, send_request, Destination};
 use super::{client_config, prepare, ClientHost, ErrorClass, Prepared, PublishError};
 use crate::config::AclCredentials;
 use crate::event::OutboxEvent;
+use crate::time::unix_millis_now;
 
 /// What the producer needs to connect.
 #[derive(Debug, Clone)]
@@ -227,7 +228,7 @@ impl Producer {
     /// Messages of `topic` whose KEYS hold `key`, from the broker's key index (what
     /// `mqadmin queryMsgByKey` does): proof that an event reached the broker.
     pub async fn find_by_key(&self, topic: &str, key: &str) -> Result<Vec<MessageExt>, PublishError> {
-        let end = now_millis().saturating_add(60_000);
+        let end = unix_millis_now().saturating_add(60_000);
         let result = self
             .producer
             .clone()

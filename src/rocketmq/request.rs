@@ -12,8 +12,6 @@
 //! and the address is the broker's own port, never its VIP channel: the relay's client
 //! configuration sets neither.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use cheetah_string::CheetahString;
 use rocketmq_client_rust::ClientError;
 use rocketmq_model::common::topic::TopicValidator;
@@ -53,7 +51,7 @@ pub(super) fn send_request(batch: &Prepared, to: &Destination<'_>) -> RemotingCo
         e: to.queue_id,
         // No flag: bodies are never compressed, consumers see them as the application wrote them.
         f: 0,
-        g: i64::try_from(now_millis()).unwrap_or(i64::MAX),
+        g: super::msg_id::now_millis(),
         h: 0,
         i: Some(batch.properties.clone()),
         j: Some(0),
@@ -84,12 +82,6 @@ pub(super) fn answer(code: i32, remark: Option<&str>, broker_address: &str) -> R
         }
     };
     Err(PublishError::NotSendOk { status: status.to_string() })
-}
-
-/// Milliseconds since the Unix epoch, as RocketMQ stamps times.
-pub(super) fn now_millis() -> u64 {
-    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

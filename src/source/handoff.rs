@@ -14,6 +14,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::SourceTx;
+use crate::config::LanesConfig;
 
 /// Bytes counted per event besides its payload (ids, key, topic, bookkeeping).
 const EVENT_OVERHEAD_BYTES: usize = 256;
@@ -53,8 +54,25 @@ pub struct Handoff {
     output: mpsc::Sender<Admitted>,
 }
 
+/// Batches admitted and not yet taken by the coordinator. A few suffice: the budget,
+/// not this queue, bounds what is in flight.
+const QUEUED_BATCHES: usize = 64;
+
+impl Budget {
+    /// The in-flight budget the configuration sets.
+    pub fn of(lanes: &LanesConfig) -> Self {
+        Self { events: lanes.max_in_flight, bytes: lanes.max_in_flight_bytes }
+    }
+}
+
 impl Handoff {
-    pub fn new(budget: Budget, output: mpsc::Sender<Admitted>) -> Self {
+    /// A hand-off under `budget`, and the coordinator's end of it.
+    pub fn channel(budget: Budget) -> (Self, mpsc::Receiver<Admitted>) {
+        let (output, admitted) = mpsc::channel(QUEUED_BATCHES);
+        (Self::new(budget, output), admitted)
+    }
+
+    fn new(budget: Budget, output: mpsc::Sender<Admitted>) -> Self {
         Self {
             events: Arc::new(Semaphore::new(budget.events)),
             bytes: Arc::new(Semaphore::new(budget.bytes)),

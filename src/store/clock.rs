@@ -57,8 +57,7 @@ fn shortest_round_trip(samples: &[Sample]) -> Option<Sample> {
 }
 
 fn unix_micros_now() -> i64 {
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
+    i64::try_from(crate::time::unix_micros_now()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

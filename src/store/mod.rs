@@ -1,45 +1,31 @@
-//! SQL on the primary: the schema (migrations), status write-backs (SENT on
-//! connections of their own), the sweep's claims and leases, the leader lease whose
-//! term fences every write, and the operator's audited manual actions (requeue, skip,
-//! cleanup), status report and read-only reconciliation against a consumer's dedup
-//! table; and the queue that carries SENT write-backs to their writer.
+//! SQL on the primary that the data path runs: the schema (migrations), status
+//! write-backs (SENT on connections of their own), the sweep's claims and leases, the
+//! database clock, and the leader lease whose term fences every write. The operator's
+//! own queries (requeue, skip, cleanup, report, reconcile) live with their commands in
+//! `ops`, on the helpers this module shares.
 
 mod claims;
 mod clock;
 mod lease;
-mod manual;
-mod reconcile;
-mod report;
 mod schema;
 mod sent;
 mod status;
-mod unwritten;
-mod write_back;
 
 pub(crate) use claims::KeyUpTo;
 pub use claims::{ClaimStore, Claimed, Cutoff, Malformed};
 pub use lease::{LeaseHolder, LeaseStore, TermFence};
-pub(crate) use manual::{audit, AuditEntry};
-pub use manual::{Change, Cleanup, FailedFilter, FailedRow, Manual, Operator, Target};
-pub use reconcile::{
-    DedupTable, Differences, DifferencesFound, Progress, Reconcile, Side, UtcTime, Window, WindowError,
-};
-pub use report::{status_report, LeaderReport, PositionReport, StatusReport};
 pub use schema::{check_migrated, has_index, migrate, MigrationReport, NotMigrated, CLAIM_INDEX, KEY_ORDER_INDEX};
 pub use sent::{Sent, SentConn, SentStore};
 pub use status::{Backlog, StatusStore};
-pub(crate) use unwritten::Unwritten;
-pub(crate) use write_back::Queued;
-pub use write_back::{Flushed, WriteBack, WriteBacks, WriterGone};
 
 use outbox_kit::RowStatus;
 
 /// Status column values, for the SQL text (`status = {PENDING}`).
-const PENDING: u8 = RowStatus::Pending.code();
-const SENDING: u8 = RowStatus::Sending.code();
-const SENT: u8 = RowStatus::Sent.code();
-const FAILED: u8 = RowStatus::Failed.code();
-const SKIPPED: u8 = RowStatus::Skipped.code();
+pub(crate) const PENDING: u8 = RowStatus::Pending.code();
+pub(crate) const SENDING: u8 = RowStatus::Sending.code();
+pub(crate) const SENT: u8 = RowStatus::Sent.code();
+pub(crate) const FAILED: u8 = RowStatus::Failed.code();
+pub(crate) const SKIPPED: u8 = RowStatus::Skipped.code();
 
 /// Whether a read is a plain look or locks its rows until the caller's transaction
 /// ends, for a change that depends on what it read.
@@ -87,7 +73,7 @@ fn keyed(rows: usize, columns: &[&str]) -> String {
 }
 
 /// `?,?,...`: `n` placeholders for an `IN (...)` list.
-fn placeholders(n: usize) -> String {
+pub(crate) fn placeholders(n: usize) -> String {
     vec!["?"; n].join(",")
 }
 

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, Pool, Statement, Value};
@@ -154,13 +154,12 @@ impl SentStatement {
 /// SQL multiplies by the decimal 0.001, which is exact whatever the server's division
 /// settings, unlike a double.
 fn unix_millis(at: SystemTime) -> u64 {
-    let micros = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros();
-    u64::try_from((micros + 500) / 1000).unwrap_or(u64::MAX)
+    crate::time::unix_micros(at).saturating_add(500) / 1000
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use outbox_kit::consumer::Delivery as Received;
 use outbox_kit::RowStatus;
 use outbox_relay::config::HashFunction;
-use outbox_relay::relay::route::queue_for;
+use outbox_relay::route::queue_for;
 
 use super::collector::Collector;
 use super::outbox::{Row, TestOutbox};

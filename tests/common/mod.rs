@@ -1,6 +1,7 @@
 //! Shared test support: where the local stack is (from `scripts/stack env`, with the
-//! stack's defaults), a polling `eventually` instead of sleeps, and a real RocketMQ
-//! consumer that records what it receives.
+//! stack's defaults), a polling `eventually` instead of sleeps (and `throughout` for
+//! what must hold over a stretch of time), a real RocketMQ consumer that records what
+//! it receives, and the `Scenario` that puts one test's parts together.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod collector;
@@ -8,6 +9,7 @@ pub mod events;
 pub mod load;
 pub mod outbox;
 pub mod relay;
+pub mod scenario;
 
 use std::future::Future;
 use std::time::Duration;
@@ -116,11 +118,31 @@ where
     waited.await.unwrap_or_else(|e| panic!("{e:#}"))
 }
 
+/// Checks `violations` every quarter second for `period` and fails at the first
+/// check that finds any: for what must hold over a stretch of time (rows that must stay
+/// as they are while the relay runs several periods), where no event marks its end.
+pub async fn throughout<V, F, Fut>(what: &str, period: Duration, mut violations: F)
+where
+    V: std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Vec<V>>,
+{
+    let until = tokio::time::Instant::now() + period;
+    loop {
+        let found = violations().await;
+        assert!(found.is_empty(), "{what}: not so for {found:?}");
+        if tokio::time::Instant::now() >= until {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// A new topic with `TEST_TOPIC_QUEUES` queues, so a test's consumer reads only its
 /// own messages (a consumer of a shared topic would wade through other tests' load).
 pub async fn fresh_topic(stack: &Stack) -> String {
     let topic = unique("t");
-    outbox_relay::admin::create_topic(&stack.namesrv, "DefaultCluster", &topic, TEST_TOPIC_QUEUES, None)
+    outbox_relay::ops::admin::create_topic(&stack.namesrv, "DefaultCluster", &topic, TEST_TOPIC_QUEUES, None)
         .await
         .unwrap_or_else(|e| panic!("create topic {topic}: {e}"));
     topic

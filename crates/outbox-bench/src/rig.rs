@@ -77,9 +77,15 @@ impl Rig {
     /// A workload on a new topic.
     pub async fn workload(&self, name: &str) -> anyhow::Result<Workload> {
         let topic = unique(&format!("bench_{name}"));
-        outbox_relay::admin::create_topic(&self.options.namesrv, "DefaultCluster", &topic, self.options.queues, None)
-            .await
-            .with_context(|| format!("create topic {topic}"))?;
+        outbox_relay::ops::admin::create_topic(
+            &self.options.namesrv,
+            "DefaultCluster",
+            &topic,
+            self.options.queues,
+            None,
+        )
+        .await
+        .with_context(|| format!("create topic {topic}"))?;
         Ok(Workload { prefix: unique(name), topic, keys: self.options.keys, body_bytes: self.options.body_bytes })
     }
 

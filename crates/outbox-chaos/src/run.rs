@@ -93,7 +93,7 @@ impl<'a> Run<'a> {
         let table = OutboxTable { schema: "app".into(), table: unique("chaos") };
         outbox_relay::store::migrate(&pool, &table).await.context("create the run's outbox table")?;
         let topic = unique("chaos");
-        outbox_relay::admin::create_topic(&stack.namesrv, "DefaultCluster", &topic, QUEUES, None)
+        outbox_relay::ops::admin::create_topic(&stack.namesrv, "DefaultCluster", &topic, QUEUES, None)
             .await
             .with_context(|| format!("create topic {topic}"))?;
         let config = dir.join("relay.toml");

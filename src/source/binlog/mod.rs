@@ -51,16 +51,17 @@ use tokio_util::sync::CancellationToken;
 pub use columns::{ColumnError, ColumnMap};
 pub use decode::{DecodeError, Decoded, Decoder};
 pub use gtid::GtidState;
-pub use preflight::{check as preflight, current_position, read_facts, Flavor, PreflightError, ServerInfo};
+pub use preflight::{check as preflight, current_position, read_facts, PreflightError};
 pub use standing::{bytes_after, expire_seconds, replication, Replication};
 
 use super::{BinlogPosition, Handoff, Origin, PipelineClosed, SourceTx};
 use crate::backoff::Backoff;
-use crate::config::{DbUrl, TlsConfig};
+use crate::config::{Config, ConfigError, DbUrl, TlsConfig};
 use crate::db::{self, DbError};
 use crate::health::{Health, Part};
 use crate::leader::Term;
 use crate::metrics::RelayMetrics;
+use crate::server::Flavor;
 use crate::source::sweep::{FullSweep, Watermark};
 
 /// How long position-only progress (transactions without outbox rows) may wait
@@ -84,6 +85,28 @@ pub struct ReaderSettings {
     /// the reader holds at most this many of them, and leaves a group that would
     /// hold more to the sweep.
     pub part_events: usize,
+}
+
+/// How the reader backs off between reconnects.
+const RECONNECT: Backoff = Backoff { initial: Duration::from_millis(200), max: Duration::from_secs(10) };
+
+impl ReaderSettings {
+    /// The reader's settings from the configuration, for a source of `flavor`.
+    pub fn new(config: &Config, flavor: Flavor) -> Result<Self, ConfigError> {
+        let source = config.source()?;
+        let outbox = config.outbox_table();
+        Ok(Self {
+            url: source.url.clone(),
+            tls: source.tls.clone(),
+            server_id: source.server_id,
+            heartbeat: Duration::from_millis(source.heartbeat_ms),
+            schema: outbox.schema,
+            table: outbox.table,
+            flavor,
+            reconnect: RECONNECT,
+            part_events: (config.lanes.max_in_flight / 2).max(1),
+        })
+    }
 }
 
 /// What the reader talks to besides the source.
@@ -173,6 +196,7 @@ impl Reader {
             format!("binlog source {}: connection lost ({reason}); reconnecting", self.settings.url.address()),
         );
         *failures += 1;
+        self.links.metrics.binlog_reconnects.inc();
         let delay = self.settings.reconnect.delay(*failures);
         tracing::warn!(%reason, file = %position.file, pos = position.pos, retry_in = ?delay, "binlog connection lost; reconnecting");
         delay

@@ -14,36 +14,10 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
 use super::settings::{verdicts, Expected, SourceFacts, VARIABLES};
-use crate::check::{Finding, Level};
 use crate::config::SourceConfig;
+use crate::findings::{Finding, Level};
+use crate::server::{Flavor, ServerInfo};
 use crate::source::BinlogPosition;
-
-/// Which server family: they differ in GTIDs, compression and status statements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flavor {
-    MariaDb,
-    MySql,
-}
-
-impl Flavor {
-    /// The family of a server reporting `version` (`SELECT VERSION()`).
-    pub fn of_version(version: &str) -> Self {
-        if version.contains("MariaDB") {
-            Flavor::MariaDb
-        } else {
-            Flavor::MySql
-        }
-    }
-}
-
-/// What the relay learned about the source.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerInfo {
-    pub flavor: Flavor,
-    pub version: String,
-    /// MySQL `server_uuid`, or MariaDB `server_id@hostname:port` (MariaDB has no uuid).
-    pub identity: String,
-}
 
 /// The source is not usable as configured.
 #[derive(Debug, thiserror::Error)]

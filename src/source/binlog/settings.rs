@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::preflight::{Flavor, ServerInfo};
-use crate::check::{Finding, Group};
 use crate::config::SourceConfig;
+use crate::findings::{Finding, Group};
+use crate::server::{Flavor, ServerInfo};
 
 /// The global variables the verdicts read.
 pub(crate) const VARIABLES: &[&str] = &[
@@ -318,7 +318,7 @@ fn number_or_absent<T: std::str::FromStr + Default>(name: &str, value: &str) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::Level;
+    use crate::findings::Level;
 
     #[test]
     fn an_expiry_that_is_not_a_number_is_an_error_never_never() {

@@ -22,11 +22,13 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
+use crate::config::{Mode, SweepConfig};
 use crate::health::{Health, Part};
 use crate::lanes::HeldKeys;
 use crate::metrics::{FailReason, RelayMetrics};
 use crate::source::{Handoff, Origin, SourceTx};
-use crate::store::{ClaimStore, Claimed, Cutoff, Flushed, KeyUpTo, Malformed, StatusStore, Unwritten, WriteBacks};
+use crate::store::{ClaimStore, Claimed, Cutoff, KeyUpTo, Malformed, StatusStore};
+use crate::write_back::{Flushed, Unwritten, WriteBacks};
 
 pub use watermark::Watermark;
 
@@ -60,17 +62,40 @@ pub struct BinlogGuard {
     pub takeover_after: Duration,
 }
 
+impl SweepSettings {
+    /// The sweep's settings from the configuration; `watermark` is the binlog path's
+    /// progress in binlog mode, `None` in poll mode.
+    pub fn new(sweep: &SweepConfig, mode: Mode, watermark: Option<Arc<Watermark>>) -> Self {
+        Self {
+            interval: sweep.interval(mode),
+            batch: sweep.batch,
+            binlog: watermark.map(|watermark| BinlogGuard {
+                watermark,
+                grace: Duration::from_millis(sweep.grace_ms),
+                takeover_after: Duration::from_millis(sweep.takeover_after_ms),
+            }),
+        }
+    }
+}
+
+/// Full sweeps asked for and not yet begun: the binlog path asks for one at a time.
+const QUEUED_FULL_SWEEPS: usize = 4;
+
+/// Where full sweeps are asked for, and the sweep's end of it.
+pub fn full_sweeps() -> (mpsc::Sender<FullSweep>, mpsc::Receiver<FullSweep>) {
+    mpsc::channel(QUEUED_FULL_SWEEPS)
+}
+
 /// A request for a full sweep; `done` fires once every row it covers is handed on.
 pub struct FullSweep {
     pub reason: String,
     pub done: oneshot::Sender<()>,
 }
 
-/// The sweep task.
-pub struct Sweeper {
+/// What the sweep claims from, hands on to and reports to.
+pub struct SweepLinks {
     pub claims: ClaimStore,
     pub handoff: Handoff,
-    pub settings: SweepSettings,
     pub requests: mpsc::Receiver<FullSweep>,
     pub metrics: RelayMetrics,
     /// Where a sweep that cannot claim is reported.
@@ -80,14 +105,28 @@ pub struct Sweeper {
     /// Keys whose events wait behind an earlier one, brought in line with the table
     /// every period and after every manual action.
     pub held: HeldKeys,
-    /// Rows seen waiting, to be claimed once the binlog path has passed them.
-    pub fence: Option<Fence>,
     /// The SENT writer's queue: flushed before each binlog-mode sweep, so rows the
     /// broker has acknowledged are SENT in the table, not claimed and sent again.
     pub write_backs: WriteBacks,
     /// Rows whose SENT write-back did not land: the ones this relay claimed are put
     /// back to PENDING (within a second), so they are published again.
     pub unwritten: Unwritten,
+}
+
+/// The sweep task.
+pub struct Sweeper {
+    claims: ClaimStore,
+    handoff: Handoff,
+    settings: SweepSettings,
+    requests: mpsc::Receiver<FullSweep>,
+    metrics: RelayMetrics,
+    health: Health,
+    status: StatusStore,
+    held: HeldKeys,
+    /// Rows seen waiting, to be claimed once the binlog path has passed them.
+    fence: Option<Fence>,
+    write_backs: WriteBacks,
+    unwritten: Unwritten,
 }
 
 /// Rows the sweep saw waiting at `at` (database clock): it claims them only after the
@@ -123,6 +162,11 @@ enum Stop {
 }
 
 impl Sweeper {
+    pub fn new(settings: SweepSettings, links: SweepLinks) -> Self {
+        let SweepLinks { claims, handoff, requests, metrics, health, status, held, write_backs, unwritten } = links;
+        Self { claims, handoff, settings, requests, metrics, health, status, held, fence: None, write_backs, unwritten }
+    }
+
     /// Sweeps until `shutdown`.
     pub async fn run(mut self, shutdown: CancellationToken) {
         tokio::select! {

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use outbox_relay::config::{HashFunction, RuntimeConfig};
 use outbox_relay::event::OutboxEvent;
-use outbox_relay::relay::route::queue_for;
 use outbox_relay::rocketmq::{prepare, ClientHost, ErrorClass, Prepared, Producer, ProducerSettings};
+use outbox_relay::route::queue_for;
 use rocketmq_model::common::message::message_queue::MessageQueue;
 
 use crate::cpu::{CpuPerEvent, Processes};

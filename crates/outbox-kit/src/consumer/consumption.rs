@@ -18,7 +18,7 @@ use rocketmq_client_rust::{
 };
 use rocketmq_model::common::message::message_ext::MessageExt;
 
-use super::subscription::{Ack, Delivery, Handler};
+use super::delivery::{Ack, Delivery, Handler};
 
 /// The pause before the first retry of a message handed back under orderly consumption.
 const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(100);

@@ -28,8 +28,9 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Transaction, TxOpts};
 
 use super::consumption::Consumption;
+use super::delivery::{Ack, Delivery};
 use super::metrics::ConsumerMetrics;
-use super::subscription::{Ack, Delivery, StartFrom, Subscription};
+use super::subscription::{StartFrom, Subscription};
 use crate::client::ClientError;
 use crate::text::truncate_utf8;
 

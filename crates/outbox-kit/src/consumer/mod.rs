@@ -10,6 +10,7 @@
 //! - [`ConsumerMetrics`]: the `consumer_*_total` counters.
 
 mod consumption;
+mod delivery;
 pub mod guards;
 mod idempotent;
 mod metrics;
@@ -18,6 +19,7 @@ pub mod schema;
 mod subscription;
 
 pub use consumption::Consumption;
+pub use delivery::{Ack, Delivery, Handler};
 pub use idempotent::{DedupKey, EventHandler, HandlerError, HandlerFuture, IdempotentConsumer, Outcome};
 pub use metrics::ConsumerMetrics;
-pub use subscription::{Ack, Delivery, Handler, StartFrom, Subscription};
+pub use subscription::{StartFrom, Subscription};

@@ -1,86 +1,12 @@
-//! A push consumer that turns RocketMQ messages into [`Delivery`] values and hands
+//! A push consumer that turns RocketMQ messages into [`Delivery`](super::Delivery) values and hands
 //! them to a [`Handler`], orderly or concurrently (see `consumption`).
 
-use bytes::Bytes;
 use rocketmq_client_rust::DefaultMQPushConsumer;
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
-use rocketmq_model::common::message::message_ext::MessageExt;
 
 use super::consumption::Consumption;
+use super::delivery::Handler;
 use crate::client::{client_config, ClientError, ClientHost};
-use crate::wire::{PROPERTY_BIZ_KEY, PROPERTY_EVENT_ID, PROPERTY_RELAY_TERM};
-
-/// One message as an outbox consumer sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Delivery {
-    /// The `event_id` property (falls back to KEYS): the deduplication key.
-    pub event_id: String,
-    pub biz_key: String,
-    pub keys: String,
-    pub body: Bytes,
-    /// The producer's message id (`UNIQ_KEY`).
-    pub msg_id: String,
-    /// The broker that stored it: with several brokers, a queue is (broker, queue id).
-    pub broker_name: String,
-    pub queue_id: i32,
-    pub queue_offset: i64,
-    /// Above 0 for a redelivery: under [`Consumption::Orderly`] the number of times
-    /// this consumer already retried it in place (same queue id and offset); under
-    /// [`Consumption::Concurrent`] a delivery through the consumer group's retry topic
-    /// (queue id and offset are then the retry queue's).
-    pub reconsume_times: i32,
-    /// The leader term of the relay instance that sent it (`relay_term`), if any.
-    pub relay_term: Option<u64>,
-    /// When the broker stored it, Unix milliseconds on the broker's clock.
-    pub store_timestamp: i64,
-}
-
-impl Delivery {
-    /// The delivery of `message`.
-    pub(super) fn from_message(message: &MessageExt) -> Self {
-        let property = |key: &str| {
-            message.properties().iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v.to_string()).unwrap_or_default()
-        };
-        let keys = property("KEYS");
-        let event_id = Some(property(PROPERTY_EVENT_ID)).filter(|id| !id.is_empty()).unwrap_or_else(|| keys.clone());
-        Delivery {
-            event_id,
-            biz_key: property(PROPERTY_BIZ_KEY),
-            keys,
-            body: message.body().unwrap_or_default(),
-            msg_id: property("UNIQ_KEY"),
-            broker_name: message.broker_name().to_owned(),
-            queue_id: message.queue_id(),
-            queue_offset: message.queue_offset(),
-            reconsume_times: message.reconsume_times(),
-            relay_term: property(PROPERTY_RELAY_TERM).parse().ok(),
-            store_timestamp: message.store_timestamp(),
-        }
-    }
-}
-
-/// What the handler decided about one delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ack {
-    /// Processed (or a duplicate): do not deliver again.
-    Done,
-    /// Not processed: deliver it again (when and how is the [`Consumption`]'s rule).
-    Later,
-}
-
-/// Handles deliveries; called from the client's consume threads.
-pub trait Handler: Send + Sync + 'static {
-    fn handle(&self, delivery: &Delivery) -> Ack;
-}
-
-impl<F> Handler for F
-where
-    F: Fn(&Delivery) -> Ack + Send + Sync + 'static,
-{
-    fn handle(&self, delivery: &Delivery) -> Ack {
-        self(delivery)
-    }
-}
 
 /// Where a new consumer group starts reading.
 #[derive(Debug, Clone, PartialEq, Eq)]

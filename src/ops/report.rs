@@ -9,7 +9,8 @@ use serde::Serialize;
 
 use outbox_kit::OutboxTable;
 
-use super::{LeaseHolder, LeaseStore, StatusStore, FAILED};
+pub use crate::checkpoint::PositionReport;
+use crate::store::{LeaseHolder, LeaseStore, StatusStore, FAILED};
 
 /// The leader as the lease table shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -29,18 +30,6 @@ impl LeaderReport {
             lease_remaining_ms: lease.remaining_ms,
         })
     }
-}
-
-/// The mirrored checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PositionReport {
-    pub file: String,
-    pub pos: u64,
-    pub gtid: Option<String>,
-    pub server: Option<String>,
-    /// The leader term that wrote it.
-    pub term: u64,
-    pub updated_at: String,
 }
 
 /// Everything `status` shows.

@@ -233,7 +233,7 @@ async fn claims(conn: &mut Conn, config: &Config) -> Result<Finding, mysql_async
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::Level;
+    use crate::findings::Level;
 
     #[test]
     fn a_missing_column_and_a_wrong_type_are_both_named() {

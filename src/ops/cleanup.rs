@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::manual::{Manual, Operator};
 use crate::config::CleanupConfig;
-use crate::store::{Manual, Operator};
 
 /// Runs a cleanup every interval until `stop`. A failed run is logged and tried
 /// again at the next interval.

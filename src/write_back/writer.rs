@@ -26,11 +26,11 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{Id, JoinError, JoinSet};
 
-use super::RelayError;
+use super::{Unwritten, WriteBack};
 use crate::backoff::Backoff;
 use crate::fault::{self, SentWriteFault};
 use crate::metrics::{RelayMetrics, WriteMiss};
-use crate::store::{Sent, SentConn, SentStore, Unwritten, WriteBack, IDS_LOGGED};
+use crate::store::{Sent, SentConn, SentStore, IDS_LOGGED};
 
 /// Most rows in one UPDATE.
 const MAX_BATCH: usize = 1_000;
@@ -104,29 +104,30 @@ impl Writes {
     }
 
     /// The slot of the next write to end; `None` when none runs.
-    async fn next(&mut self) -> Option<Result<Slot, RelayError>> {
+    async fn next(&mut self) -> Option<Slot> {
         let ended = self.running.join_next_with_id().await?;
         Some(self.freed(ended))
     }
 
-    /// The slot a write gives back when it ends; a write that panicked is reported
-    /// and stops the writer.
-    fn freed(&mut self, ended: Result<(Id, Slot), JoinError>) -> Result<Slot, RelayError> {
+    /// The slot a write gives back when it ends. A write that panicked is reported
+    /// with its rows, and its panic goes on in the writer, which ends at once (its
+    /// supervisor stops the relay).
+    fn freed(&mut self, ended: Result<(Id, Slot), JoinError>) -> Slot {
         match ended {
             Ok((id, slot)) => {
                 self.batches.remove(&id);
-                Ok(slot)
+                slot
             }
             Err(error) => {
                 let batch = self.batches.remove(&error.id()).unwrap_or_default();
                 let why =
                     "a SENT write-back panicked: its rows stay PENDING or go back to PENDING and are published again";
                 self.misses.report(WriteMiss::SentPanicked, &batch, why);
-                let message = match error.try_into_panic() {
-                    Ok(panic) => crate::supervise::panic_text(&panic),
-                    Err(error) => error.to_string(),
-                };
-                Err(RelayError::Panic { task: "SENT write-back", message })
+                match error.try_into_panic() {
+                    Ok(panic) => std::panic::resume_unwind(panic),
+                    // Cancelled: only when the runtime itself shuts down.
+                    Err(_) => None,
+                }
             }
         }
     }
@@ -134,8 +135,8 @@ impl Writes {
 
 /// Writes every SENT row that arrives until the queue closes, then waits for the last;
 /// answers each flush once every write before it has finished. A write that panics ends
-/// it at once, with that panic as its error.
-pub async fn run(store: SentStore, mut input: mpsc::Receiver<WriteBack>, misses: Misses) -> Result<(), RelayError> {
+/// it at once, with that panic.
+pub async fn run(store: SentStore, mut input: mpsc::Receiver<WriteBack>, misses: Misses) {
     let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     let mut idle: Vec<Slot> = (0..CONCURRENT).map(|_| None).collect();
     let mut writes = Writes { running: JoinSet::new(), batches: HashMap::new(), misses };
@@ -146,7 +147,7 @@ pub async fn run(store: SentStore, mut input: mpsc::Receiver<WriteBack>, misses:
                 None => break,
             },
             Some(ended) = writes.next() => {
-                idle.push(ended?);
+                idle.push(ended);
                 continue;
             }
         };
@@ -155,14 +156,14 @@ pub async fn run(store: SentStore, mut input: mpsc::Receiver<WriteBack>, misses:
         if !batch.is_empty() {
             let slot = match idle.pop() {
                 Some(slot) => slot,
-                None => writes.next().await.transpose()?.flatten(),
+                None => writes.next().await.flatten(),
             };
             gather(&mut input, &mut batch, &mut flushes).await;
             writes.spawn(store.clone(), slot, batch, backoff);
         }
         if !flushes.is_empty() {
             while let Some(ended) = writes.next().await {
-                idle.push(ended?);
+                idle.push(ended);
             }
             for done in flushes {
                 // The sweep stopped waiting (its own timeout): nothing to answer.
@@ -170,10 +171,7 @@ pub async fn run(store: SentStore, mut input: mpsc::Receiver<WriteBack>, misses:
             }
         }
     }
-    while let Some(ended) = writes.next().await {
-        ended?;
-    }
-    Ok(())
+    while writes.next().await.is_some() {}
 }
 
 /// Sorts one queue entry into the batch or the flushes waiting for it.

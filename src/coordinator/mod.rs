@@ -8,6 +8,12 @@
 //! hands the checkpoint to its writer at most every `checkpoint.interval`. Nothing
 //! else decides the checkpoint. Its loop beats the liveness clock on every turn and
 //! reports a checkpoint that stopped moving while batches are in flight.
+//!
+//! Beside it: the ack tracker (`ack`), which knows the acknowledged prefix, and the
+//! routing function (`route`).
+
+pub(crate) mod ack;
+pub mod route;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -18,11 +24,9 @@ use rocketmq_model::common::message::message_queue::MessageQueue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::ack::AckTracker;
-use super::route::queue_for;
-use super::RelayError;
 use crate::checkpoint::{Checkpoint, CheckpointWriter};
-use crate::config::{FailedKeyPolicy, HashFunction};
+use crate::config::{Config, FailedKeyPolicy, HashFunction};
+use crate::error::RelayError;
 use crate::health::{Health, Part};
 use crate::lanes::{
     run_failing, Attempts, HeldKeys, Lane, LaneEvent, LaneInput, LaneReport, LaneSettings, OutageFlag, Outcome,
@@ -33,8 +37,11 @@ use crate::metrics::{RelayMetrics, WriteMiss};
 use crate::rocketmq::{PublishError, Publisher, QueueLayout, Resolved, PROBE_EVERY};
 use crate::source::sweep::Watermark;
 use crate::source::{Admitted, BinlogPosition, InFlight, Origin};
-use crate::store::{Queued, Sent, WriteBacks};
+use crate::store::Sent;
 use crate::supervise::Supervisor;
+use crate::write_back::{Queued, WriteBacks};
+use ack::AckTracker;
+use route::queue_for;
 
 /// How long the route lookup of a known topic may take when judging whether the
 /// broker serves anything (the client's own limit is a minute).
@@ -65,7 +72,7 @@ enum TopicLanes {
 }
 
 /// Logs the brokers of `topic`'s pinned `layout` that have no route now, if any.
-pub(super) fn warn_brokers_down(topic: &str, layout: &QueueLayout, down: &[String]) {
+pub(crate) fn warn_brokers_down(topic: &str, layout: &QueueLayout, down: &[String]) {
     if !down.is_empty() {
         tracing::warn!(topic, brokers = ?down, %layout, "brokers of the topic's pinned layout have no route now (down?): their queues wait for them, the others send");
     }
@@ -90,33 +97,58 @@ pub struct Durable {
 
 /// Everything the coordinator owns.
 pub struct Coordinator {
-    pub tracker: AckTracker<BinlogPosition, InFlight>,
+    tracker: AckTracker<BinlogPosition, InFlight>,
     /// Queue count per topic in use (saved with the checkpoint in binlog mode).
-    pub pins: BTreeMap<String, u32>,
+    pins: BTreeMap<String, u32>,
     /// Queue layout per topic in use (saved with the checkpoint in binlog mode).
-    pub layouts: BTreeMap<String, QueueLayout>,
-    pub durable: Option<Durable>,
-    pub watermark: Arc<Watermark>,
-    pub checkpoint_every: Duration,
-    pub publisher: Arc<Publisher>,
-    pub hash: HashFunction,
+    layouts: BTreeMap<String, QueueLayout>,
+    durable: Option<Durable>,
+    watermark: Arc<Watermark>,
+    checkpoint_every: Duration,
+    publisher: Arc<Publisher>,
+    hash: HashFunction,
     /// Pinned queue counts from configuration (they win over the checkpoint).
-    pub configured: HashMap<String, u32>,
-    pub lane_settings: Arc<LaneSettings>,
-    pub held: HeldKeys,
-    pub recorder: Recorder,
+    configured: HashMap<String, u32>,
+    lane_settings: Arc<LaneSettings>,
+    held: HeldKeys,
+    recorder: Recorder,
     /// Bounded: when the primary falls behind, the coordinator waits (backpressure)
     /// instead of queueing write-backs without limit.
-    pub sent: WriteBacks,
+    sent: WriteBacks,
+    metrics: RelayMetrics,
+    health: Health,
+    /// When the acknowledged prefix last moved (or the first batch after a pause came).
+    progress_at: Instant,
+    /// Spawns the lanes.
+    supervisor: Supervisor,
+    /// The leader term the pipeline runs under.
+    term: Term,
+    shutdown: CancellationToken,
+}
+
+/// Which queues the topics route to when the coordinator starts.
+pub struct Pins {
+    /// Queue count per topic, pinned in the checkpoint or for this process.
+    pub counts: BTreeMap<String, u32>,
+    /// Queue layout per topic pinned in the checkpoint.
+    pub layouts: BTreeMap<String, QueueLayout>,
+    /// Queue counts from the configuration (they win over the checkpoint).
+    pub configured: HashMap<String, u32>,
+}
+
+/// What the coordinator sends to, reports to and checkpoints through.
+pub struct Links {
+    pub publisher: Arc<Publisher>,
+    pub held: HeldKeys,
+    /// The checkpoint and its writer (binlog mode).
+    pub durable: Option<Durable>,
+    pub watermark: Arc<Watermark>,
+    pub recorder: Recorder,
+    pub write_backs: WriteBacks,
     pub metrics: RelayMetrics,
     pub health: Health,
-    /// When the acknowledged prefix last moved (or the first batch after a pause came).
-    pub progress_at: Instant,
-    /// Spawns the lanes.
     pub supervisor: Supervisor,
-    /// The leader term the pipeline runs under.
     pub term: Term,
-    pub shutdown: CancellationToken,
 }
 
 /// The coordinator's inputs.
@@ -126,6 +158,33 @@ pub struct Inputs {
 }
 
 impl Coordinator {
+    /// A coordinator with the configuration's routing, lane and checkpoint settings.
+    pub fn new(config: &Config, pins: Pins, links: Links) -> Self {
+        let Links { publisher, held, durable, watermark, recorder, write_backs, metrics, health, supervisor, term } =
+            links;
+        Self {
+            tracker: AckTracker::new(0),
+            pins: pins.counts,
+            layouts: pins.layouts,
+            durable,
+            watermark,
+            checkpoint_every: Duration::from_millis(config.checkpoint.interval_ms),
+            publisher,
+            hash: config.rocketmq.hash,
+            configured: pins.configured,
+            lane_settings: Arc::new(LaneSettings::new(config)),
+            held,
+            recorder,
+            sent: write_backs,
+            metrics,
+            health,
+            progress_at: Instant::now(),
+            shutdown: supervisor.stop_token(),
+            supervisor,
+            term,
+        }
+    }
+
     /// Runs until shutdown, the end of the source or an error; then drains and
     /// checkpoints whatever made it stop.
     pub async fn run(mut self, mut inputs: Inputs) -> Result<(), RelayError> {
@@ -145,7 +204,7 @@ impl Coordinator {
                         self.persist();
                     }
                     self.check_stall();
-                    self.metrics.held_keys.set(i64::try_from(self.held.len()).unwrap_or(i64::MAX));
+                    self.metrics.held_keys.set(crate::metrics::gauge_value(self.held.len()));
                     Ok(())
                 }
                 _ = progress_tick.tick() => {
@@ -332,7 +391,7 @@ impl Coordinator {
         if self.tracker.in_flight() < before {
             self.progress_at = Instant::now();
         }
-        self.metrics.in_flight_transactions.set(i64::try_from(self.tracker.in_flight()).unwrap_or(i64::MAX));
+        self.metrics.in_flight_transactions.set(crate::metrics::gauge_value(self.tracker.in_flight()));
         let (Some(end), Some(durable)) = (advanced, self.durable.as_mut()) else { return false };
         if let Some(commit_time) = end.commit_time {
             self.watermark.acknowledged(commit_time);

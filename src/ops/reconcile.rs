@@ -23,9 +23,9 @@ use serde::{Serialize, Serializer};
 
 use outbox_kit::OutboxTable;
 
-use super::SENT;
 use crate::config::DbUrl;
 use crate::db::DbError;
+use crate::store::SENT;
 
 /// Rows read per statement, and event_ids looked up per `IN (...)`.
 const CHUNK: usize = 5_000;

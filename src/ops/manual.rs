@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use outbox_kit::{truncate_utf8, OutboxTable, RowStatus};
 
-use super::{placeholders, TermFence, FAILED, PENDING, SENT};
+use crate::store::{placeholders, TermFence, FAILED, PENDING, SENT};
 
 /// Who makes a change, and why (both go into the audit row).
 #[derive(Debug, Clone)]

@@ -1,97 +1,23 @@
 //! The operator commands of the `outbox-relay` binary: `status` (the database's view
 //! and, from its HTTP endpoint, the local relay's lags and problems), `failed list`,
-//! `requeue`, `skip`, `cleanup` and `reconcile` over the library's `store`,
-//! `position show`/`set` over its `position`, and `check` over its `check`. Human
-//! output by default (aligned columns), `--json` for scripts; every change needs
-//! `--operator` and `--reason`, which go into its audit row, and `--dry-run` shows
-//! what would change.
-
-use std::time::Duration;
+//! `requeue`, `skip`, `cleanup`, `reconcile`, `position show`/`set` and `check`, over
+//! the library's `ops`. Human output by default (aligned columns), `--json` for
+//! scripts; every change needs `--operator` and `--reason`, which go into its audit
+//! row, and `--dry-run` shows what would change.
 
 use anyhow::Context;
-use clap::Args;
 use mysql_async::Pool;
 use outbox_relay::config::{Config, DbUrl};
 use outbox_relay::db;
-use outbox_relay::position::{self, LocalOutcome, LocalState, NewPosition, PositionChange, PositionView, Positions};
-use outbox_relay::probe::{self, InstanceView};
-use outbox_relay::store::{
-    status_report, Change, DedupTable, Differences, FailedFilter, LeaderReport, LeaseStore, Manual, Operator,
-    PositionReport, Reconcile, Side, StatusReport, Target, UtcTime, Window,
-};
+use outbox_relay::ops::check;
+use outbox_relay::ops::manual::{Change, FailedFilter, Manual, Operator, Target};
+use outbox_relay::ops::position::{LocalOutcome, LocalState, NewPosition, PositionChange, PositionView, Positions};
+use outbox_relay::ops::probe::{self, InstanceView};
+use outbox_relay::ops::reconcile::{DedupTable, Differences, Reconcile, Side, Window};
+use outbox_relay::ops::report::{status_report, LeaderReport, PositionReport, StatusReport};
+use outbox_relay::store::LeaseStore;
 
-/// Who makes the change and why; both are recorded in `outbox_relay_audit`.
-#[derive(Args)]
-pub struct ByWhom {
-    /// Your name, as the audit row should show it.
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
-    operator: String,
-    /// Why (a ticket, an incident), as the audit row should show it.
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
-    reason: String,
-    /// Show what would change, change nothing.
-    #[arg(long)]
-    dry_run: bool,
-}
-
-/// Which FAILED rows.
-#[derive(Args)]
-#[group(required = true, multiple = false)]
-pub struct Which {
-    /// Row ids (the `id` column), one or more.
-    #[arg(long = "id", num_args = 1..)]
-    pub ids: Vec<u64>,
-    /// Every FAILED row.
-    #[arg(long)]
-    pub all_failed: bool,
-}
-
-/// The window and the consumer's side of `reconcile`.
-#[derive(Args)]
-pub struct ReconcileArgs {
-    /// Start of the window (included), UTC: RFC 3339, or YYYY-MM-DD[ HH:MM:SS].
-    #[arg(long, value_parser = UtcTime::parse)]
-    since: UtcTime,
-    /// End of the window (excluded), UTC: RFC 3339, or YYYY-MM-DD[ HH:MM:SS].
-    #[arg(long, value_parser = UtcTime::parse)]
-    until: UtcTime,
-    /// The consumer's database URL; default: primary.url, with the dedup table in the
-    /// outbox table's schema. It is opened with primary.tls.
-    #[arg(long, env = "OUTBOX_RELAY_CONSUMER_DB", hide_env_values = true)]
-    consumer_db: Option<String>,
-    /// The consumer kit's dedup table: `table` (in --consumer-db's database) or `schema.table`.
-    #[arg(long, default_value = "event_dedup", value_parser = DedupTable::parse)]
-    consumer_table: DedupTable,
-}
-
-/// Where `position set` puts the relay: a GTID position, or a file and offset.
-#[derive(Args)]
-pub struct PositionTarget {
-    /// A MariaDB GTID list (domain-server-seq[,...]) or a MySQL GTID set (uuid:interval[,...]).
-    #[arg(long, value_parser = position::parse_gtid, required_unless_present = "file", conflicts_with = "file")]
-    gtid: Option<String>,
-    /// A binlog file of the checkpoint's source server, e.g. mysql-bin.000123.
-    #[arg(long, value_parser = position::parse_binlog_file, requires = "pos")]
-    file: Option<String>,
-    /// The offset in --file (4 is its first event).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(4..), requires = "file")]
-    pos: Option<u64>,
-    /// Set it even while a relay holds the leader lease: its term ends and it steps down.
-    #[arg(long)]
-    force: bool,
-}
-
-/// What a manual command does, once its arguments are read.
-pub enum Action {
-    Status,
-    List { limit: usize, topic: Option<String>, key: Option<String> },
-    Requeue { which: Which, by: ByWhom },
-    Skip { ids: Vec<u64>, by: ByWhom },
-    Cleanup { retention: Duration, batch: usize, pace: Duration, by: ByWhom },
-    Reconcile(ReconcileArgs),
-    PositionShow,
-    PositionSet { target: PositionTarget, by: ByWhom },
-}
+use super::args::{Action, ByWhom, ReconcileArgs};
 
 /// Runs `action` against the primary and outbox table of `config`; prints the result.
 pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<()> {
@@ -456,7 +382,7 @@ fn format_gauge(value: f64) -> String {
 /// `outbox-relay check`: every check as one line (or the list as JSON). Any FAIL is
 /// an error of the environment class, so the command exits 4 after the report.
 pub async fn check(config: &Config, json: bool) -> anyhow::Result<()> {
-    let report = outbox_relay::check::run(config).await;
+    let report = check::run(config).await;
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -503,33 +429,5 @@ fn print_table(header: &[&str], rows: Vec<Vec<String>>) {
     }
     for row in rows {
         line(row);
-    }
-}
-
-/// `7d`, `24h`, `30m`, `90s` (or a bare number of seconds) as a duration.
-pub fn parse_retention(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let seconds_per = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3_600,
-        "d" => 86_400,
-        _ => return Err(format!("{text:?}: use a number with s, m, h or d, e.g. 7d")),
-    };
-    let number: u64 = number.parse().map_err(|_| format!("{text:?}: use a number with s, m, h or d, e.g. 7d"))?;
-    Ok(Duration::from_secs(number.saturating_mul(seconds_per)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retention_reads_days_hours_minutes_and_seconds() {
-        assert_eq!(parse_retention("7d"), Ok(Duration::from_secs(7 * 86_400)));
-        assert_eq!(parse_retention("24h"), Ok(Duration::from_secs(86_400)));
-        assert_eq!(parse_retention("90"), Ok(Duration::from_secs(90)));
-        assert!(parse_retention("7w").is_err() && parse_retention("d").is_err());
     }
 }

@@ -14,7 +14,7 @@ use outbox_kit::OutboxTable;
 use super::grant_parser::GrantSet;
 use super::{one_line, Finding, Group};
 use crate::config::{Config, Mode};
-use crate::source::binlog::Flavor;
+use crate::server::Flavor;
 
 /// Role grants followed at most this deep (roles granted to roles).
 const ROLE_DEPTH: usize = 4;

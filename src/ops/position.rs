@@ -31,13 +31,15 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, TxOpts};
 use serde::Serialize;
 
-use super::mirror::{self, MirrorRow};
-use super::{Checkpoint, CheckpointError, CheckpointStore};
+use super::manual::{audit, AuditEntry, Operator};
+use super::report::LeaderReport;
+use crate::checkpoint::mirror::{self, MirrorRow};
+use crate::checkpoint::{Checkpoint, CheckpointError, CheckpointStore, PositionReport};
 use crate::config::{Config, DbUrl, Mode};
 use crate::db::DbError;
 use crate::source::binlog::GtidState;
 use crate::source::BinlogPosition;
-use crate::store::{audit, AuditEntry, LeaderReport, LeaseHolder, LeaseStore, Operator, PositionReport, ReadFor};
+use crate::store::{LeaseHolder, LeaseStore, ReadFor};
 use outbox_kit::OutboxTable;
 
 /// The smallest binlog offset: the first event after the file's 4-byte magic number.

@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::Sent;
+use crate::store::Sent;
+
+/// SENT write-backs that may wait for the primary before the pipeline slows down.
+const BACKLOG: usize = 50_000;
 
 /// What the SENT writer takes, in queue order.
 #[derive(Debug)]
@@ -52,9 +55,9 @@ pub enum Flushed {
 }
 
 impl WriteBacks {
-    /// A queue of `capacity` entries: a full queue makes [`WriteBacks::row`] wait.
-    pub fn channel(capacity: usize) -> (Self, mpsc::Receiver<WriteBack>) {
-        let (tx, rx) = mpsc::channel(capacity);
+    /// The queue and its writer's end: a full queue makes [`WriteBacks::row`] wait.
+    pub fn channel() -> (Self, mpsc::Receiver<WriteBack>) {
+        let (tx, rx) = mpsc::channel(BACKLOG);
         (Self(tx), rx)
     }
 

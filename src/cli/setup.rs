@@ -1,0 +1,52 @@
+//! The commands that set things up: `migrate`, `config` and the broker's `admin`.
+
+use anyhow::Context;
+use outbox_relay::config::{Config, DbUrl};
+use outbox_relay::ops::admin;
+use outbox_relay::{db, store};
+
+use super::args::AdminCommand;
+
+pub fn print_config(config: &Config) -> anyhow::Result<()> {
+    print!("{}", toml::to_string_pretty(config).context("cannot render the configuration")?);
+    Ok(())
+}
+
+pub async fn migrate(config: &Config, admin_url: Option<String>) -> anyhow::Result<()> {
+    let url = admin_url.map_or_else(|| config.primary.url.clone(), DbUrl::new);
+    let pool = db::connect_with("primary", &url, &config.primary.tls, 1, &[]).await?;
+    let outbox = config.outbox_table();
+    let report =
+        store::migrate(&pool, &outbox).await.map_err(|e| db::DbError::query("primary", &url, e)).with_context(
+            || format!("migrating {} failed (the user needs CREATE and ALTER; see --admin-url)", outbox.qualified()),
+        )?;
+    tracing::info!(outbox_created = report.outbox_created, applied = ?report.applied, added = ?report.added, table = %outbox.qualified(), "migrate finished");
+    pool.disconnect().await.ok();
+    Ok(())
+}
+
+pub async fn admin(command: AdminCommand) -> anyhow::Result<()> {
+    match command {
+        AdminCommand::CreateTopic { namesrv, cluster, topic, queues, brokers } => {
+            admin::create_topic(&namesrv, &cluster, &topic, queues, brokers)
+                .await
+                .with_context(|| format!("create topic {topic} via {namesrv}"))?;
+            println!("topic {topic} ready with {queues} queues");
+        }
+        AdminCommand::Find { namesrv, topic, key } => {
+            let found = admin::find(&namesrv, &topic, &key)
+                .await
+                .with_context(|| format!("find {key} in {topic} via {namesrv}"))?;
+            for line in &found {
+                println!("{line}");
+            }
+            anyhow::ensure!(!found.is_empty(), "no message with key {key} in topic {topic}");
+        }
+        AdminCommand::Ping { namesrv, topic, queues } => {
+            let receipt =
+                admin::ping(&namesrv, &topic, queues).await.with_context(|| format!("ping {topic} via {namesrv}"))?;
+            println!("SEND_OK msg_id={}", receipt.msg_ids.join(","));
+        }
+    }
+    Ok(())
+}
