@@ -11,11 +11,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::collector::Collector;
-use common::events::{all_sent, assert_per_key_order, consumed_all, stored_twice, Events};
+use common::events::{all_sent, consumed_all, stored_twice};
 use common::load::Load;
 use common::outbox::{Row, TestOutbox};
 use common::relay::{RelayOptions, RelayProcess};
-use common::{eventually, fresh_topic, unique, Stack, TEST_TOPIC_QUEUES};
+use common::scenario::Scenario;
+use common::{eventually, throughout, unique, Stack, TEST_TOPIC_QUEUES};
 use mysql_async::prelude::Queryable;
 use outbox_kit::RowStatus;
 use outbox_relay::ProcessStats;
@@ -76,16 +77,15 @@ fn rows(prefix: &str, topic: &str, from: usize, to: usize) -> Vec<Row> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_down_marks_nothing_sent_and_everything_is_delivered_after_it_returns() {
     let _serial = SERIAL.lock().await;
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let prefix = unique("outage");
-    let topic = fresh_topic(&stack).await;
-    let options = RelayOptions::new(outbox.name())
+    let scenario = Scenario::new("outage").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let (prefix, topic) = (&events.prefix, &events.topic);
+    let options = scenario
+        .options()
         .env("OUTBOX_RELAY__RETRY__MAX_RETRY", 10_000)
         .env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 1_000);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
-    outbox.insert_tx(&rows(&prefix, &topic, 0, 10)).await;
+    let relay = scenario.relay_with(&options).await;
+    outbox.insert_tx(&rows(prefix, topic, 0, 10)).await;
     eventually("the first rows SENT", Duration::from_secs(60), || async {
         (outbox.count_status(RowStatus::Sent).await == 10).then_some(())
     })
@@ -93,30 +93,28 @@ async fn broker_down_marks_nothing_sent_and_everything_is_delivered_after_it_ret
 
     stop_broker().await;
     for start in (10..60).step_by(10) {
-        outbox.insert_tx(&rows(&prefix, &topic, start, start + 10)).await;
+        outbox.insert_tx(&rows(prefix, topic, start, start + 10)).await;
     }
     // While the broker is down, sends fail and are retried in place: nothing new may
     // become SENT. Watch the table for a while (the relay retries every <= 2 s).
-    let watch_until = tokio::time::Instant::now() + Duration::from_secs(8);
-    while tokio::time::Instant::now() < watch_until {
-        assert_eq!(outbox.count_status(RowStatus::Sent).await, 10, "a row was marked SENT while the broker was down");
-        assert_eq!(
-            outbox.count_status(RowStatus::Failed).await,
-            0,
-            "a row was marked FAILED during a retryable outage"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    throughout("no row SENT or FAILED while the broker is down", Duration::from_secs(8), || async {
+        let (sent, failed) = (outbox.count_status(RowStatus::Sent).await, outbox.count_status(RowStatus::Failed).await);
+        [("SENT beyond the first 10", sent.saturating_sub(10)), ("FAILED", failed)]
+            .into_iter()
+            .filter(|(_, rows)| *rows > 0)
+            .collect::<Vec<_>>()
+    })
+    .await;
 
     start_broker();
-    let collector = Collector::start(&stack.namesrv, &topic, &unique("outage_consumer")).await;
+    let collector = Collector::start(&stack.namesrv, topic, &unique("outage_consumer")).await;
     eventually("all 60 rows SENT after the broker returned", Duration::from_secs(180), || async {
         (outbox.count_status(RowStatus::Sent).await == 60).then_some(())
     })
     .await;
     collector.wait_distinct(&format!("{prefix}-"), 60, Duration::from_secs(120)).await;
-    assert!(relay.log_text().contains("holding it and retrying"), "the relay logged that it holds the batch");
-    assert_eq!(relay.stop(), Some(0));
+    assert!(relay.metric("relay_retries_total{class=\"outage\"}") > 0.0, "the relay held the batch and retried it");
+    scenario.finish(relay).await;
     collector.shutdown().await;
 }
 
@@ -148,23 +146,22 @@ async fn all_delivered_once_the_broker_returns(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_that_starts_while_the_broker_is_down_waits_for_it_and_loses_nothing() {
     let _serial = SERIAL.lock().await;
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let prefix = unique("broker_down_at_start");
-    let configured = fresh_topic(&stack).await;
-    let configured = configured.as_str();
-    let options = RelayOptions::new(outbox.name())
+    let scenario = Scenario::new("broker_down_at_start").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let (prefix, configured) = (&events.prefix, events.topic.as_str());
+    let options = scenario
+        .options()
         .env(&format!("OUTBOX_RELAY__ROCKETMQ__TOPICS__{configured}__QUEUE_COUNT"), TEST_TOPIC_QUEUES);
     stop_broker().await;
-    let mut relay = RelayProcess::start(&stack, &options);
-    outbox.insert_tx(&rows(&prefix, configured, 0, 20)).await;
+    let mut relay = RelayProcess::start(stack, &options);
+    outbox.insert_tx(&rows(prefix, configured, 0, 20)).await;
     let held = format!("{configured} has no usable route");
     let readiness = relay.wait_readiness_with(false, &held, Duration::from_secs(60)).await;
     assert!(readiness.contains(r#""role":"leader""#), "the leader holds the topic's events: {readiness}");
     assert_eq!(outbox.count_status(RowStatus::Sent).await, 0, "SENT while the broker was down");
     assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "FAILED during an outage");
 
-    all_delivered_once_the_broker_returns(&stack, &outbox, relay, configured, &prefix, 20).await;
+    all_delivered_once_the_broker_returns(stack, outbox, relay, configured, prefix, 20).await;
 }
 
 /// A topic the relay has never used, whose first events arrive while the broker is
@@ -172,31 +169,26 @@ async fn a_relay_that_starts_while_the_broker_is_down_waits_for_it_and_loses_not
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_topic_first_seen_while_the_broker_is_down_is_held_not_failed() {
     let _serial = SERIAL.lock().await;
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let prefix = unique("new_topic_in_outage");
-    let topic = fresh_topic(&stack).await;
-    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
-    relay.wait_ready().await;
+    let scenario = Scenario::new("new_topic_in_outage").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let (prefix, topic) = (&events.prefix, &events.topic);
+    let mut relay = scenario.relay().await;
     stop_broker().await;
-    outbox.insert_tx(&rows(&prefix, &topic, 0, 20)).await;
+    outbox.insert_tx(&rows(prefix, topic, 0, 20)).await;
     relay.wait_readiness_with(false, &format!("{topic} has no usable route"), Duration::from_secs(60)).await;
     assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "a new topic's events FAILED during an outage");
 
-    all_delivered_once_the_broker_returns(&stack, &outbox, relay, &topic, &prefix, 20).await;
+    all_delivered_once_the_broker_returns(stack, outbox, relay, topic, prefix, 20).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_binlog_connection_is_reopened_without_loss() {
     let _serial = SERIAL.lock().await;
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let prefix = unique("reconnect");
-    let topic = fresh_topic(&stack).await;
-    let collector = Collector::start(&stack.namesrv, &topic, &unique("reconnect_consumer")).await;
-    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
-    relay.wait_ready().await;
-    outbox.insert_tx(&rows(&prefix, &topic, 0, 20)).await;
+    let scenario = Scenario::consumed("reconnect").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let (prefix, topic) = (&events.prefix, &events.topic);
+    let relay = scenario.relay().await;
+    outbox.insert_tx(&rows(prefix, topic, 0, 20)).await;
     eventually("the first rows SENT", Duration::from_secs(60), || async {
         (outbox.count_status(RowStatus::Sent).await == 20).then_some(())
     })
@@ -215,30 +207,26 @@ async fn a_killed_binlog_connection_is_reopened_without_loss() {
         conn.query_drop(format!("KILL {id}")).await.expect("kill dump thread");
     }
     for start in [20, 30] {
-        outbox.insert_tx(&rows(&prefix, &topic, start, start + 10)).await;
+        outbox.insert_tx(&rows(prefix, topic, start, start + 10)).await;
     }
     eventually("all 40 rows SENT after the reconnect", Duration::from_secs(60), || async {
         (outbox.count_status(RowStatus::Sent).await == 40).then_some(())
     })
     .await;
-    collector.wait_distinct(&format!("{prefix}-"), 40, Duration::from_secs(60)).await;
-    assert!(relay.log_text().contains("reconnecting"), "the relay logged the reconnect:\n{}", relay.log_text());
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    scenario.received(40).await;
+    assert!(relay.metric("relay_binlog_reconnects_total") >= 1.0, "the reconnect is counted");
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_binlog_purged_while_the_relay_is_stopped_is_reported_swept_and_nothing_is_lost() {
     let _serial = SERIAL.lock().await;
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let prefix = unique("purged");
-    let topic = fresh_topic(&stack).await;
-    let collector = Collector::start(&stack.namesrv, &topic, &unique("purged_consumer")).await;
-    let options = RelayOptions::new(outbox.name());
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
-    outbox.insert_tx(&rows(&prefix, &topic, 0, 20)).await;
+    let scenario = Scenario::consumed("purged").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let (prefix, topic) = (&events.prefix, &events.topic);
+    let options = scenario.options();
+    let mut relay = scenario.relay_with(&options).await;
+    outbox.insert_tx(&rows(prefix, topic, 0, 20)).await;
     eventually("the first rows SENT", Duration::from_secs(60), || async {
         (outbox.count_status(RowStatus::Sent).await == 20).then_some(())
     })
@@ -247,7 +235,7 @@ async fn a_binlog_purged_while_the_relay_is_stopped_is_reported_swept_and_nothin
 
     // Committed while the relay is stopped, then the binlog holding them is purged.
     for start in (20..220).step_by(50) {
-        outbox.insert_tx(&rows(&prefix, &topic, start, start + 50)).await;
+        outbox.insert_tx(&rows(prefix, topic, start, start + 50)).await;
     }
     // On the replica the relay tails, once it has applied them.
     stack.replica_caught_up().await;
@@ -266,24 +254,20 @@ async fn a_binlog_purged_while_the_relay_is_stopped_is_reported_swept_and_nothin
     })
     .await;
 
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let relay = scenario.relay_with(&options).await;
     eventually("all 220 rows SENT after the lost position", Duration::from_secs(60), || async {
         (outbox.count_status(RowStatus::Sent).await == 220).then_some(())
     })
     .await;
-    collector.wait_distinct(&format!("{prefix}-"), 220, Duration::from_secs(60)).await;
-    let log = relay.log_text();
-    assert!(log.contains("binlog position lost"), "the loss is reported:\n{log}");
-    assert_eq!(relay.metric("relay_position_lost_total"), 1.0, "and counted");
+    scenario.received(220).await;
+    assert_eq!(relay.metric("relay_position_lost_total"), 1.0, "the loss is counted");
     // Tailing resumed at the current position: new rows take the binlog path again.
-    outbox.insert_tx(&rows(&prefix, &topic, 220, 230)).await;
+    outbox.insert_tx(&rows(prefix, topic, 220, 230)).await;
     eventually("rows after the recovery SENT", Duration::from_secs(60), || async {
         (outbox.count_status(RowStatus::Sent).await == 230).then_some(())
     })
     .await;
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    scenario.finish(relay).await;
 }
 
 /// Starts every broker again when dropped, even when the test failed.
@@ -318,14 +302,11 @@ impl Drop for BrokerOutage {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_broker_down_holds_only_its_queues_even_across_a_relay_restart() {
     let _serial = SERIAL.lock().await;
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "broker_b_down").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("broker_b_consumer")).await;
-    let options = RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 1_000);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
-    let load = Load::started(&outbox, &events, 50, 100).await;
+    let scenario = Scenario::consumed("broker_b_down").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let options = scenario.options().env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 1_000);
+    let mut relay = scenario.relay_with(&options).await;
+    let load = Load::started(outbox, events, 50, 100).await;
     let held_lanes = r#"relay_broker_held_lanes{broker="broker-b"}"#;
 
     let outage = BrokerOutage::killed(BROKER_B).await;
@@ -342,7 +323,7 @@ async fn one_broker_down_holds_only_its_queues_even_across_a_relay_restart() {
     // would: the layout comes from the mirror row.
     relay.kill();
     let successor = RelayOptions { checkpoint_dir: std::env::temp_dir().join(unique("relay-ckpt")), ..options };
-    let mut relay = RelayProcess::start(&stack, &successor);
+    let mut relay = RelayProcess::start(stack, &successor);
     let body = relay.wait_readiness_with(false, "broker broker-b", Duration::from_secs(60)).await;
     assert!(body.contains(r#""role":"leader""#), "the successor leads and names the broker: {body}");
     let sent_then = outbox.count_status(RowStatus::Sent).await;
@@ -365,13 +346,12 @@ async fn one_broker_down_holds_only_its_queues_even_across_a_relay_restart() {
     assert!(resumed < Duration::from_secs(5), "broker-b was used only {resumed:?} after its return");
 
     let written = load.finish().await;
-    all_sent(&outbox, written, Duration::from_secs(120)).await;
+    all_sent(outbox, written, Duration::from_secs(120)).await;
     assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "no row FAILED");
     relay.wait_readiness(true, Duration::from_secs(30)).await;
-    let deliveries = consumed_all(&collector, &events, written, Duration::from_secs(120)).await;
-    assert_per_key_order(&stack, &events.topic, &deliveries).await;
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    let deliveries = consumed_all(scenario.collector(), events, written, Duration::from_secs(120)).await;
+    scenario.assert_per_key_order(&deliveries).await;
+    scenario.finish(relay).await;
 }
 
 /// The replica stops applying for twice the takeover delay under load. Its binlog
@@ -382,20 +362,18 @@ async fn one_broker_down_holds_only_its_queues_even_across_a_relay_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_stops_applying_delays_events_and_never_doubles_them() {
     let _serial = SERIAL.lock().await;
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "replica_stop").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("replica_stop_consumer")).await;
+    let scenario = Scenario::consumed("replica_stop").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
     let takeover_after = Duration::from_secs(6);
-    let options = RelayOptions::new(outbox.name())
+    let options = scenario
+        .options()
         .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 2_000)
         .env("OUTBOX_RELAY__SWEEP__TAKEOVER_AFTER_MS", takeover_after.as_millis())
         .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 1_000);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
-    let load = Load::started(&outbox, &events, 20, 50).await;
+    let mut relay = scenario.relay_with(&options).await;
+    let load = Load::started(outbox, events, 20, 50).await;
 
-    let stopped = SqlThreadStopped::begin(&stack).await;
+    let stopped = SqlThreadStopped::begin(stack).await;
     let since = tokio::time::Instant::now();
     let body = relay.wait_readiness_with(false, "behind its primary", Duration::from_secs(30)).await;
     assert!(body.contains("replication is stopped"), "/readyz names the cause: {body}");
@@ -409,42 +387,44 @@ async fn a_replica_that_stops_applying_delays_events_and_never_doubles_them() {
     drop(stopped);
 
     let written = load.finish().await;
-    all_sent(&outbox, written, Duration::from_secs(120)).await;
+    all_sent(outbox, written, Duration::from_secs(120)).await;
     relay.wait_readiness(true, Duration::from_secs(60)).await;
-    let deliveries = consumed_all(&collector, &events, written, Duration::from_secs(120)).await;
+    let deliveries = consumed_all(scenario.collector(), events, written, Duration::from_secs(120)).await;
     let doubled = stored_twice(&deliveries);
     assert!(doubled.is_empty(), "{} events published twice, e.g. {:?}", doubled.len(), doubled.first());
-    assert_per_key_order(&stack, &events.topic, &deliveries).await;
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    scenario.assert_per_key_order(&deliveries).await;
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_outage_longer_than_the_retry_budget_fails_nothing_and_keeps_every_keys_order() {
     let _serial = SERIAL.lock().await;
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "outage").await;
+    let scenario = Scenario::new("outage").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
     // A retry budget of about 1.4 s (200 ms doubling to 1 s, 2 retries): the outage
     // below lasts far longer, and still nothing may become FAILED.
-    let options = RelayOptions::new(outbox.name())
+    let options = scenario
+        .options()
         .env("OUTBOX_RELAY__RETRY__MAX_RETRY", 2)
         .env("OUTBOX_RELAY__RETRY__BACKOFF_INITIAL_MS", 200)
         .env("OUTBOX_RELAY__RETRY__BACKOFF_MAX_MS", 1_000)
         .env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 1_000);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
-    let load = Load::started(&outbox, &events, 50, 100).await;
+    let mut relay = scenario.relay_with(&options).await;
+    let load = Load::started(outbox, events, 50, 100).await;
 
     let outage = BrokerOutage::begin().await;
     let body = relay.wait_readiness(false, Duration::from_secs(20)).await;
     assert!(body.contains("broker"), "/readyz names the broker: {body}");
     let sent_before = relay.metric_sum("relay_events_published_total");
-    let outage_ends = tokio::time::Instant::now() + Duration::from_secs(12);
-    while tokio::time::Instant::now() < outage_ends {
-        assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "a row was marked FAILED during an outage");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    throughout("no row FAILED during the outage", Duration::from_secs(12), || async {
+        let failed = outbox.count_status(RowStatus::Failed).await;
+        if failed > 0 {
+            vec![failed]
+        } else {
+            vec![]
+        }
+    })
+    .await;
     assert_eq!(
         relay.metric_sum("relay_events_published_total"),
         sent_before,
@@ -462,13 +442,13 @@ async fn a_broker_outage_longer_than_the_retry_budget_fails_nothing_and_keeps_ev
     assert!(resumed < Duration::from_secs(5), "sending resumed only {resumed:?} after the broker's return");
 
     let written = load.finish().await;
-    all_sent(&outbox, written, Duration::from_secs(120)).await;
+    all_sent(outbox, written, Duration::from_secs(120)).await;
     assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "no row FAILED");
     relay.wait_readiness(true, Duration::from_secs(30)).await;
     let collector = Collector::start(&stack.namesrv, &events.topic, &unique("outage_consumer")).await;
-    let deliveries = consumed_all(&collector, &events, written, Duration::from_secs(120)).await;
-    assert_per_key_order(&stack, &events.topic, &deliveries).await;
-    assert_eq!(relay.stop(), Some(0));
+    let deliveries = consumed_all(&collector, events, written, Duration::from_secs(120)).await;
+    scenario.assert_per_key_order(&deliveries).await;
+    scenario.finish(relay).await;
     collector.shutdown().await;
 }
 
@@ -488,16 +468,15 @@ fn forget_topic(topic: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configured_topic_deleted_under_load_is_held_and_flows_again_once_created() {
     let _serial = SERIAL.lock().await;
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "deleted").await;
-    let options = RelayOptions::new(outbox.name())
+    let scenario = Scenario::new("deleted").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let options = scenario
+        .options()
         .env(&format!("OUTBOX_RELAY__ROCKETMQ__TOPICS__{}__QUEUE_COUNT", events.topic), 8)
         .env("OUTBOX_RELAY__RETRY__MAX_RETRY", 1)
         .env("OUTBOX_RELAY__RETRY__BACKOFF_MAX_MS", 500);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
-    let load = Load::started(&outbox, &events, 10, 50).await;
+    let mut relay = scenario.relay_with(&options).await;
+    let load = Load::started(outbox, events, 10, 50).await;
 
     // The broker comes back without the topic.
     stop_broker().await;
@@ -509,49 +488,56 @@ async fn a_configured_topic_deleted_under_load_is_held_and_flows_again_once_crea
     })
     .await;
     assert!(body.contains("held"), "the topic's events are held: {body}");
-    let watch_until = tokio::time::Instant::now() + Duration::from_secs(5);
-    while tokio::time::Instant::now() < watch_until {
-        assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "a row FAILED while its topic was missing");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    throughout("no row FAILED while its topic is missing", Duration::from_secs(5), || async {
+        let failed = outbox.count_status(RowStatus::Failed).await;
+        if failed > 0 {
+            vec![failed]
+        } else {
+            vec![]
+        }
+    })
+    .await;
 
-    outbox_relay::admin::create_topic(&stack.namesrv, "DefaultCluster", &events.topic, 8, None)
+    outbox_relay::ops::admin::create_topic(&stack.namesrv, "DefaultCluster", &events.topic, 8, None)
         .await
         .expect("create the topic again");
     let written = load.finish().await;
-    all_sent(&outbox, written, Duration::from_secs(120)).await;
+    all_sent(outbox, written, Duration::from_secs(120)).await;
     assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "no row FAILED");
     relay.wait_readiness(true, Duration::from_secs(30)).await;
-    assert_eq!(relay.stop(), Some(0));
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_sweep_with_a_flapping_broker_keeps_every_keys_order() {
     let _serial = SERIAL.lock().await;
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "flapping").await;
+    let scenario = Scenario::new("flapping").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
     // Committed before the relay's first start: all of it goes through the full sweep.
     let rows: Vec<Row> = (0..20_000).map(|i| events.row(&format!("key{}", i % 50), i / 50)).collect();
     for chunk in rows.chunks(1_000) {
         outbox.insert_tx(chunk).await;
     }
-    let options = RelayOptions::new(outbox.name()).env("OUTBOX_RELAY__LANES__MAX_IN_FLIGHT", 2_000);
-    let mut relay = RelayProcess::start(&stack, &options);
-    // The broker is away for about a third of the time while the sweep drains.
-    for _ in 0..3 {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+    let options = scenario.options().env("OUTBOX_RELAY__LANES__MAX_IN_FLIGHT", 2_000);
+    let relay = RelayProcess::start(stack, &options);
+    // The broker goes away three times while the sweep drains: after a fifth, two
+    // fifths and three fifths of the rows are SENT, for a second each time.
+    for fifths in 1..=3 {
+        eventually(&format!("{fifths} fifths of the rows SENT"), Duration::from_secs(120), || async {
+            (outbox.count_status(RowStatus::Sent).await >= fifths * 4_000).then_some(())
+        })
+        .await;
         let outage = BrokerOutage::begin().await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         drop(outage);
     }
-    all_sent(&outbox, 20_000, Duration::from_secs(300)).await;
+    all_sent(outbox, 20_000, Duration::from_secs(300)).await;
     assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "no row FAILED");
     assert!(relay.metric("relay_sweep_claimed_total") >= 20_000.0, "the sweep delivered them");
     let collector = Collector::start(&stack.namesrv, &events.topic, &unique("flapping_consumer")).await;
-    let deliveries = consumed_all(&collector, &events, 20_000, Duration::from_secs(300)).await;
-    assert_per_key_order(&stack, &events.topic, &deliveries).await;
-    assert_eq!(relay.stop(), Some(0));
+    let deliveries = consumed_all(&collector, events, 20_000, Duration::from_secs(300)).await;
+    scenario.assert_per_key_order(&deliveries).await;
+    scenario.finish(relay).await;
     collector.shutdown().await;
 }
 
@@ -610,20 +596,19 @@ fn failed(relay: &RelayProcess) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
     let _serial = SERIAL.lock().await;
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "metrics").await;
+    let scenario = Scenario::new("metrics").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
     // A small in-flight budget (and batches that fit in it), so the reader stops
     // reading while the broker is down.
-    let options = RelayOptions::new(outbox.name())
+    let options = scenario
+        .options()
         .env("OUTBOX_RELAY__SOURCE__HEARTBEAT_MS", 1_000)
         .env("OUTBOX_RELAY__LANES__MAX_IN_FLIGHT", 64)
         .env("OUTBOX_RELAY__LANES__BATCH_SIZE", 64)
         .env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 1_000)
         .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 1_000)
         .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 1_000);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let mut relay = scenario.relay_with(&options).await;
 
     // Idle: the lease renewals keep the lags near zero; the source keeps binlogs a day.
     eventually("idle lags near zero", Duration::from_secs(20), || async {
@@ -661,7 +646,7 @@ async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
     assert!(relay.metric("process_threads") >= 2.0, "worker, blocking and client threads");
 
     // Load: every event published, each with its commit-to-ack time and its send.
-    let load = Load::started(&outbox, &events, 10, 50).await;
+    let load = Load::started(outbox, events, 10, 50).await;
     let (retries_before, errors_before) = (
         relay.metric("relay_retries_total{class=\"outage\"}"),
         relay.metric("relay_send_status_total{status=\"ERROR\"}"),
@@ -691,7 +676,7 @@ async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
     })
     .await;
     let written = load.finish().await;
-    all_sent(&outbox, written, Duration::from_secs(90)).await;
+    all_sent(outbox, written, Duration::from_secs(90)).await;
     eventually("the lags back near zero", Duration::from_secs(30), || async {
         let settled = relay.metric("outbox_oldest_pending_seconds") == 0.0
             && relay.metric("relay_checkpoint_age_seconds") < 3.0
@@ -714,9 +699,8 @@ async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
     // A restart resumes from its checkpoint under a new term: no full sweep.
     assert_eq!(relay.stop(), Some(0));
     outbox.insert_tx(&events.rows("restart", 0..30)).await;
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
-    all_sent(&outbox, written + 30, Duration::from_secs(60)).await;
+    let relay = scenario.relay_with(&options).await;
+    scenario.all_sent(written + 30).await;
     assert!(relay.metric("relay_leader_term") > term, "a new term after the restart");
     eventually("the restarted relay's lags near zero", Duration::from_secs(20), || async {
         let lags = [relay.metric("relay_binlog_lag_seconds"), relay.metric("relay_checkpoint_age_seconds")];
@@ -736,7 +720,7 @@ async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
     // and the sweep waits for the replica rather than publish ahead of the binlog path;
     // once it applies again, the binlog path delivers.
     let swept_before = relay.metric("relay_events_published_total{path=\"sweep\"}");
-    let stopped = SqlThreadStopped::begin(&stack).await;
+    let stopped = SqlThreadStopped::begin(stack).await;
     outbox.insert_tx(&events.rows("replica", 0..20)).await;
     eventually("the replica's lag growing, named by /readyz", Duration::from_secs(30), || async {
         let lagging = relay.metric("relay_source_replica_lag_seconds") >= 3.0
@@ -751,10 +735,10 @@ async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
         "the sweep waits for a lagging replica"
     );
     drop(stopped);
-    all_sent(&outbox, written + 50, Duration::from_secs(60)).await;
+    scenario.all_sent(written + 50).await;
     eventually("the replica caught up again", Duration::from_secs(30), || async {
         (relay.metric("relay_source_replica_lag_seconds") < 2.0).then_some(())
     })
     .await;
-    assert_eq!(relay.stop(), Some(0));
+    scenario.finish(relay).await;
 }

@@ -12,11 +12,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::collector::Collector;
-use common::events::{all_sent, consumed_all, Events};
+use common::events::consumed_all;
 use common::load::Load;
 use common::outbox::TestOutbox;
 use common::relay::{RelayOptions, RelayProcess};
+use common::scenario::Scenario;
 use common::{eventually, unique, Stack};
 use mysql_async::prelude::Queryable;
 use outbox_kit::consumer::Delivery;
@@ -121,33 +121,29 @@ fn signal(relay: &RelayProcess, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_publish_one_term_at_a_time_under_load_and_lose_nothing() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "fleet").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("fleet_consumer")).await;
-    let options = || RelayOptions::new(outbox.name());
-    let mut first = RelayProcess::start(&stack, &options());
-    first.wait_ready().await;
-    let mut b = RelayProcess::start(&stack, &options());
-    let mut c = RelayProcess::start(&stack, &options());
+    let scenario = Scenario::consumed("fleet").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let first = scenario.relay().await;
+    let mut b = RelayProcess::start(stack, &scenario.options());
+    let mut c = RelayProcess::start(stack, &scenario.options());
     b.wait_role("standby", Duration::from_secs(60)).await;
     c.wait_role("standby", Duration::from_secs(60)).await;
     assert_eq!((b.metric("relay_leader"), c.metric("relay_leader")), (0.0, 0.0), "standbys do not publish");
-    let leases = LeaseWatch::start(&outbox);
-    let load = Load::started(&outbox, &events, 20, 60).await;
+    let leases = LeaseWatch::start(outbox);
+    let load = Load::started(outbox, events, 20, 60).await;
 
     // The leader dies: one standby takes over; then it hands over cleanly to the last.
     first.kill();
     let second = new_leader(&[&b, &c], LEASE + Duration::from_secs(10)).await;
     let (mut second, mut third) = if second == 0 { (b, c) } else { (c, b) };
-    sent_grows(&outbox, 60).await;
+    sent_grows(outbox, 60).await;
     assert_eq!(second.stop(), Some(0), "a clean handover");
     third.wait_ready().await;
-    sent_grows(&outbox, 60).await;
+    sent_grows(outbox, 60).await;
     let written = load.finish().await;
 
-    all_sent(&outbox, written, Duration::from_secs(60)).await;
-    let deliveries = consumed_all(&collector, &events, written, Duration::from_secs(120)).await;
+    scenario.all_sent(written).await;
+    let deliveries = consumed_all(scenario.collector(), events, written, Duration::from_secs(120)).await;
     let spans = term_spans(&deliveries);
     assert_eq!(spans.len(), 3, "three leaderships published: {spans:?}");
     let ordered: Vec<(u64, (i64, i64))> = spans.into_iter().collect();
@@ -158,7 +154,7 @@ async fn three_instances_publish_one_term_at_a_time_under_load_and_lose_nothing(
             "term {earlier} still published at {last} after term {later} began at {first_of_later}"
         );
     }
-    let (_, lease_term, _) = lease_row(&outbox).await;
+    let (_, lease_term, _) = lease_row(outbox).await;
     assert_eq!(Some(lease_term), ordered.last().map(|t| t.0), "the lease table names the last publisher's term");
     // Every message was stored while the lease table gave its term the lease.
     let held = leases.finish().await;
@@ -174,23 +170,19 @@ async fn three_instances_publish_one_term_at_a_time_under_load_and_lose_nothing(
         );
     }
     assert_eq!(third.metric("relay_leader_term"), lease_term as f64);
-    assert_eq!(third.stop(), Some(0));
-    collector.shutdown().await;
+    scenario.finish(third).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leaders_standby_takes_over_within_the_lease_from_the_mirror_without_a_sweep() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "takeover").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("takeover_consumer")).await;
-    let mut leader = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
-    leader.wait_ready().await;
+    let scenario = Scenario::consumed("takeover").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let leader = scenario.relay().await;
     // The standby has a checkpoint directory of its own, empty: it can only use the mirror.
-    let mut standby = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
+    let mut standby = RelayProcess::start(stack, &scenario.options());
     standby.wait_role("standby", Duration::from_secs(60)).await;
     outbox.insert_tx(&events.rows("k", 0..50)).await;
-    all_sent(&outbox, 50, Duration::from_secs(60)).await;
+    scenario.all_sent(50).await;
 
     leader.kill();
     let killed = Instant::now();
@@ -204,9 +196,8 @@ async fn a_killed_leaders_standby_takes_over_within_the_lease_from_the_mirror_wi
     assert_eq!(standby.metric("relay_full_sweeps_total"), 0.0, "resumed from the mirror, no full sweep");
     assert_eq!(standby.metric("relay_position_lost_total"), 0.0);
     assert_eq!(standby.metric("relay_leader"), 1.0);
-    consumed_all(&collector, &events, 60, Duration::from_secs(60)).await;
-    assert_eq!(standby.stop(), Some(0));
-    collector.shutdown().await;
+    scenario.received(60).await;
+    scenario.finish(standby).await;
 }
 
 /// A writer user of the relay's own, so a trigger can tell whose write it was.
@@ -224,9 +215,8 @@ async fn writer_user(stack: &Stack, outbox: &TestOutbox) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_paused_past_its_lease_writes_nothing_after_it_resumes_and_steps_down() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "paused").await;
+    let scenario = Scenario::new("paused").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
     let table = outbox.table.qualified();
     // Every write to the outbox rows and to this table's mirror row, with who and when.
     let writes = format!("app.`{}`", unique("writes"));
@@ -244,39 +234,41 @@ async fn a_leader_paused_past_its_lease_writes_nothing_after_it_resumes_and_step
             outbox.name()
         ))
         .await;
-    let (paused_user, paused_url) = writer_user(&stack, &outbox).await;
-    let (other_user, other_url) = writer_user(&stack, &outbox).await;
+    let (paused_user, paused_url) = writer_user(stack, outbox).await;
+    let (other_user, other_url) = writer_user(stack, outbox).await;
     // The leader's SENT write-backs wait 3 s (a slow primary), so it is paused with
     // write-backs pending, which it tries as soon as it resumes.
-    let mut paused = RelayProcess::start(
-        &stack,
-        &RelayOptions::new(outbox.name())
-            .env("OUTBOX_RELAY__PRIMARY__URL", paused_url)
-            .env("OUTBOX_RELAY_FAULT_SENT_WRITE_DELAY_MS", 3_000),
-    );
-    paused.wait_ready().await;
+    let mut paused = scenario
+        .relay_with(
+            &scenario
+                .options()
+                .env("OUTBOX_RELAY__PRIMARY__URL", paused_url)
+                .env("OUTBOX_RELAY_FAULT_SENT_WRITE_DELAY_MS", 3_000),
+        )
+        .await;
     // Rows the paused leader sent but could not mark SENT are swept again by the new one.
     let mut other = RelayProcess::start(
-        &stack,
-        &RelayOptions::new(outbox.name())
+        stack,
+        &scenario
+            .options()
             .env("OUTBOX_RELAY__PRIMARY__URL", other_url)
             .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 1_000)
             .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 1_000),
     );
     other.wait_role("standby", Duration::from_secs(60)).await;
-    let load = Load::started(&outbox, &events, 10, 40).await;
+    let load = Load::started(outbox, events, 10, 40).await;
 
     signal(&paused, "STOP");
     new_leader(&[&other], LEASE + Duration::from_secs(10)).await;
-    sent_grows(&outbox, 40).await;
+    sent_grows(outbox, 40).await;
     let mut conn = outbox.pool.get_conn().await.expect("conn");
     let resumed_at: String = conn.query_first("SELECT NOW(6)").await.expect("now").expect("a time");
     signal(&paused, "CONT");
     paused.wait_role("standby", Duration::from_secs(20)).await;
     assert_eq!(paused.metric("relay_leader"), 0.0, "the resumed instance stepped down");
-    sent_grows(&outbox, 20).await;
+    sent_grows(outbox, 20).await;
     let written = load.finish().await;
-    all_sent(&outbox, written, Duration::from_secs(60)).await;
+    scenario.all_sent(written).await;
 
     let count = |who: String, since: Option<String>| {
         let sql = format!("SELECT COUNT(*) FROM {writes} WHERE who LIKE ? AND at >= COALESCE(?, '1970-01-02')");
@@ -307,20 +299,17 @@ async fn a_leader_paused_past_its_lease_writes_nothing_after_it_resumes_and_step
     outbox.exec(&format!("DROP TRIGGER app.`{on_mirror}`")).await;
     outbox.exec(&format!("DROP TRIGGER app.`{on_rows}`")).await;
     assert_eq!(other.stop(), Some(0));
-    assert_eq!(paused.stop(), Some(0));
+    scenario.finish(paused).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_releases_the_lease_and_a_standby_publishes_within_two_seconds() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "handover").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("handover_consumer")).await;
-    let mut leader = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
-    leader.wait_ready().await;
-    let mut standby = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
+    let scenario = Scenario::consumed("handover").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let mut leader = scenario.relay().await;
+    let mut standby = RelayProcess::start(stack, &scenario.options());
     standby.wait_role("standby", Duration::from_secs(60)).await;
-    let load = Load::started(&outbox, &events, 20, 60).await;
+    let load = Load::started(outbox, events, 20, 60).await;
     let term = leader.metric("relay_leader_term") as u64;
 
     let stopping = Instant::now();
@@ -328,7 +317,7 @@ async fn sigterm_drains_releases_the_lease_and_a_standby_publishes_within_two_se
     let exited = Instant::now();
     assert!(exited - stopping < Duration::from_secs(10), "stopped within the drain timeout: {:?}", exited - stopping);
     assert_eq!(outbox.count_status(RowStatus::Sending).await, 0, "no claimed row left behind");
-    let (_, lease_term, remaining_ms) = lease_row(&outbox).await;
+    let (_, lease_term, remaining_ms) = lease_row(outbox).await;
     assert!(
         (lease_term == term && remaining_ms < 0) || lease_term == term + 1,
         "the lease was released (term {term}; now term {lease_term}, {remaining_ms} ms left)"
@@ -338,27 +327,23 @@ async fn sigterm_drains_releases_the_lease_and_a_standby_publishes_within_two_se
     })
     .await;
     println!("the standby published {:.2} s after the leader exited", exited.elapsed().as_secs_f64());
-    sent_grows(&outbox, 40).await;
+    sent_grows(outbox, 40).await;
     let written = load.finish().await;
-    all_sent(&outbox, written, Duration::from_secs(60)).await;
-    consumed_all(&collector, &events, written, Duration::from_secs(120)).await;
-    assert_eq!(standby.stop(), Some(0));
-    collector.shutdown().await;
+    scenario.all_sent(written).await;
+    consumed_all(scenario.collector(), events, written, Duration::from_secs(120)).await;
+    scenario.finish(standby).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_switched_from_the_replica_to_the_primary_resumes_by_gtid_without_a_sweep() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "switch").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("switch_consumer")).await;
-    let on_replica = RelayOptions::new(outbox.name());
-    let mut relay = RelayProcess::start(&stack, &on_replica);
-    relay.wait_ready().await;
+    let scenario = Scenario::consumed("switch").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let on_replica = scenario.options();
+    let mut relay = scenario.relay_with(&on_replica).await;
     for start in [0, 10, 20] {
         outbox.insert_tx(&events.rows("k", start..start + 10)).await;
     }
-    all_sent(&outbox, 30, Duration::from_secs(60)).await;
+    scenario.all_sent(30).await;
     assert_eq!(relay.stop(), Some(0));
 
     // Written while no relay runs; then the relay comes back tailing the primary.
@@ -366,22 +351,20 @@ async fn a_source_switched_from_the_replica_to_the_primary_resumes_by_gtid_witho
         outbox.insert_tx(&events.rows("k", start..start + 10)).await;
     }
     let on_primary = on_replica.clone().env("OUTBOX_RELAY__SOURCE__URL", &stack.primary_repl_url);
-    let mut relay = RelayProcess::start(&stack, &on_primary);
-    relay.wait_ready().await;
-    all_sent(&outbox, 60, Duration::from_secs(60)).await;
+    let relay = scenario.relay_with(&on_primary).await;
+    scenario.all_sent(60).await;
     outbox.insert_tx(&events.rows("k", 60..70)).await;
-    all_sent(&outbox, 70, Duration::from_secs(60)).await;
+    scenario.all_sent(70).await;
     assert_eq!(relay.metric("relay_full_sweeps_total"), 0.0, "resumed by GTID, no full sweep");
     assert_eq!(relay.metric("relay_position_lost_total"), 0.0);
-    let deliveries = consumed_all(&collector, &events, 70, Duration::from_secs(60)).await;
+    let deliveries = scenario.received(70).await;
     let mut sends: HashMap<&str, HashSet<&str>> = HashMap::new();
     for d in &deliveries {
         sends.entry(d.event_id.as_str()).or_default().insert(d.msg_id.as_str());
     }
     let twice: Vec<&&str> = sends.iter().filter(|(_, ids)| ids.len() > 1).map(|(id, _)| id).collect();
     assert!(twice.is_empty(), "after a clean stop nothing is sent twice: {twice:?}");
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    scenario.finish(relay).await;
 }
 
 /// A MariaDB replica of the stack's primary in a scratch directory, for a setting
@@ -499,15 +482,12 @@ async fn two_relays_with_one_server_id_get_a_clear_error_not_repeated_sweeps() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_sigterm_during_the_drain_exits_at_once_and_a_restart_loses_nothing() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "twice").await;
+    let scenario = Scenario::new("twice").await;
+    let Scenario { outbox, events, .. } = &scenario;
     // Lanes wait a minute to fill a batch, so the drain after a SIGTERM has to wait.
-    let lingering = RelayOptions::new(outbox.name())
-        .env("OUTBOX_RELAY__LANES__LINGER_MS", 60_000)
-        .env("OUTBOX_RELAY__LANES__BATCH_SIZE", 1_000);
-    let mut relay = RelayProcess::start(&stack, &lingering);
-    relay.wait_ready().await;
+    let lingering =
+        scenario.options().env("OUTBOX_RELAY__LANES__LINGER_MS", 60_000).env("OUTBOX_RELAY__LANES__BATCH_SIZE", 1_000);
+    let mut relay = scenario.relay_with(&lingering).await;
     outbox.insert_tx(&events.rows("k", 0..10)).await;
     eventually("the transaction in flight", Duration::from_secs(30), || async {
         (relay.metric("relay_in_flight_transactions") >= 1.0).then_some(())
@@ -520,10 +500,9 @@ async fn a_second_sigterm_during_the_drain_exits_at_once_and_a_restart_loses_not
     assert_eq!(relay.wait_exit(Duration::from_secs(3)).await, Some(6), "the second signal exits at once");
     assert_eq!(outbox.count_status(RowStatus::Sent).await, 0, "nothing was sent before the exit");
 
-    let mut restarted = RelayProcess::start(&stack, &lingering.clone().env("OUTBOX_RELAY__LANES__LINGER_MS", 1));
-    restarted.wait_ready().await;
-    all_sent(&outbox, 10, Duration::from_secs(60)).await;
-    assert_eq!(restarted.stop(), Some(0));
+    let restarted = scenario.relay_with(&lingering.clone().env("OUTBOX_RELAY__LANES__LINGER_MS", 1)).await;
+    scenario.all_sent(10).await;
+    scenario.finish(restarted).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

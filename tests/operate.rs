@@ -13,11 +13,11 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::collector::Collector;
-use common::events::{all_sent, assert_per_key_order, consumed_all, Events};
+use common::events::{consumed_all, Events};
 use common::load::Load;
 use common::outbox::TestOutbox;
-use common::relay::{RelayOptions, RelayProcess};
+use common::relay::RelayOptions;
+use common::scenario::Scenario;
 use common::{eventually, unique, Stack, TEST_TOPIC};
 use mysql_async::prelude::Queryable;
 use outbox_kit::RowStatus;
@@ -70,13 +70,11 @@ async fn audit_of(outbox: &TestOutbox, id: u64) -> Vec<(String, String, String, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requeue_sends_a_failed_row_again_is_audited_and_a_second_call_changes_nothing() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "requeue").await;
-    let mut relay = RelayProcess::start(&stack, &quick_sweep(&outbox));
-    relay.wait_ready().await;
+    let scenario = Scenario::new("requeue").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let relay = scenario.relay_with(&quick_sweep(outbox)).await;
     outbox.insert_tx(&events.rows("k", 0..3)).await;
-    all_sent(&outbox, 3, Duration::from_secs(60)).await;
+    scenario.all_sent(3).await;
     let (first, second) = (outbox.id_of(&events.id("k", 0)).await, outbox.id_of(&events.id("k", 1)).await);
     outbox
         .exec(&format!(
@@ -85,27 +83,27 @@ async fn requeue_sends_a_failed_row_again_is_audited_and_a_second_call_changes_n
         ))
         .await;
 
-    let listed = stdout(&cli(&stack, &outbox, &["failed", "list", "--json"]));
+    let listed = stdout(&cli(stack, outbox, &["failed", "list", "--json"]));
     let rows: Vec<serde_json::Value> = serde_json::from_str(&listed).expect("JSON list");
     assert_eq!(rows.len(), 2, "{listed}");
     assert_eq!(rows[0]["last_error"], "broker said no");
 
     let dry = stdout(&cli(
-        &stack,
-        &outbox,
+        stack,
+        outbox,
         &["requeue", "--id", &first.to_string(), "--operator", "alice", "--reason", "INC-42", "--dry-run"],
     ));
     assert!(dry.contains("dry run: would requeue 1 rows"), "{dry}");
     assert_eq!(outbox.status_of(first).await, RowStatus::Failed.code(), "a dry run changes nothing");
-    assert!(audit_of(&outbox, first).await.is_empty(), "and audits nothing");
+    assert!(audit_of(outbox, first).await.is_empty(), "and audits nothing");
 
     let done = stdout(&cli(
-        &stack,
-        &outbox,
+        stack,
+        outbox,
         &["requeue", "--id", &first.to_string(), "--id", "999999999", "--operator", "alice", "--reason", "INC-42"],
     ));
     assert!(done.contains("requeue: 1 rows changed") && done.contains("not FAILED, left alone: 999999999"), "{done}");
-    let audit = audit_of(&outbox, first).await;
+    let audit = audit_of(outbox, first).await;
     let before = "FAILED retry_count=0 last_error=broker said no";
     assert_eq!(
         audit,
@@ -117,26 +115,24 @@ async fn requeue_sends_a_failed_row_again_is_audited_and_a_second_call_changes_n
     })
     .await;
     let again = stdout(&cli(
-        &stack,
-        &outbox,
+        stack,
+        outbox,
         &["requeue", "--id", &first.to_string(), "--operator", "alice", "--reason", "INC-42"],
     ));
     assert!(again.contains("nothing to do"), "{again}");
-    assert_eq!(audit_of(&outbox, first).await.len(), 1, "a repeated call writes no audit row");
+    assert_eq!(audit_of(outbox, first).await.len(), 1, "a repeated call writes no audit row");
     assert_eq!(outbox.status_of(second).await, RowStatus::Failed.code(), "only the given row was requeued");
-    assert_eq!(relay.stop(), Some(0));
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_releases_a_held_key_and_a_second_call_changes_nothing() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "skip").await;
+    let scenario = Scenario::new("skip").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
     // A 2 KiB payload over a 1 KiB limit is FAILED at once; under the hold policy its
     // key's later events wait behind it.
-    let options = quick_sweep(&outbox).env("OUTBOX_RELAY__ROCKETMQ__MAX_MESSAGE_BYTES", 1_024);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let options = quick_sweep(outbox).env("OUTBOX_RELAY__ROCKETMQ__MAX_MESSAGE_BYTES", 1_024);
+    let relay = scenario.relay_with(&options).await;
     let mut poison = events.row("k", 0);
     poison.payload = format!(r#"{{"pad":"{}"}}"#, "x".repeat(2_048));
     outbox.insert_tx(&[poison]).await;
@@ -154,12 +150,12 @@ async fn skip_releases_a_held_key_and_a_second_call_changes_nothing() {
     assert_eq!(outbox.count_status(RowStatus::Pending).await, 3, "the held key's rows wait");
 
     let done = stdout(&cli(
-        &stack,
-        &outbox,
+        stack,
+        outbox,
         &["skip", "--id", &poisoned.to_string(), "--operator", "bob", "--reason", "bad payload"],
     ));
     assert!(done.contains("skip: 1 rows changed"), "{done}");
-    let audit = audit_of(&outbox, poisoned).await;
+    let audit = audit_of(outbox, poisoned).await;
     assert_eq!(audit.len(), 1, "{audit:?}");
     let (who, why, action, before, after) = &audit[0];
     assert_eq!(
@@ -172,14 +168,14 @@ async fn skip_releases_a_held_key_and_a_second_call_changes_nothing() {
     })
     .await;
     let again = stdout(&cli(
-        &stack,
-        &outbox,
+        stack,
+        outbox,
         &["skip", "--id", &poisoned.to_string(), "--operator", "bob", "--reason", "bad payload"],
     ));
     assert!(again.contains("nothing to do"), "{again}");
     assert_eq!(outbox.status_of(poisoned).await, RowStatus::Skipped.code());
-    assert_eq!(audit_of(&outbox, poisoned).await.len(), 1);
-    assert_eq!(relay.stop(), Some(0));
+    assert_eq!(audit_of(outbox, poisoned).await.len(), 1);
+    scenario.finish(relay).await;
 }
 
 /// What holds a key in [`held_key_across_a_crash`], and how it is released.
@@ -223,19 +219,17 @@ const BOOKED_RETRY: Duration = Duration::from_secs(40);
 /// once it is released they all arrive, in order, within 5 s. The sweep keeps its
 /// slow defaults (a 60 s grace), so only the release can make them flow that fast.
 async fn held_key_across_a_crash(blocker: Blocker, policy: &str) {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "held").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("held_consumer")).await;
-    let options = RelayOptions::new(outbox.name())
+    let scenario = Scenario::consumed("held").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let options = scenario
+        .options()
         .env("OUTBOX_RELAY__ROCKETMQ__MAX_MESSAGE_BYTES", 1_024)
         .env("OUTBOX_RELAY__RETRY__FAILED_KEY_POLICY", policy)
         .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 1_000);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
-    let head = block_key(&outbox, &events, blocker).await;
+    let relay = scenario.relay_with(&options).await;
+    let head = block_key(outbox, events, blocker).await;
     if blocker == Blocker::BookedRetry {
-        book_retry(&outbox, head).await;
+        book_retry(outbox, head).await;
         eventually("the key held behind its booked retry", Duration::from_secs(30), || async {
             (relay.metric("relay_held_keys") >= 1.0).then_some(())
         })
@@ -250,8 +244,7 @@ async fn held_key_across_a_crash(blocker: Blocker, policy: &str) {
     .await;
 
     relay.kill();
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let relay = scenario.relay_with(&options).await;
     outbox.insert_tx(&[events.row("k", 4), events.row("other", 2)]).await;
     eventually("the other key's row after the restart SENT", Duration::from_secs(60), || async {
         (outbox.count_status(RowStatus::Sent).await == sent_before + 3).then_some(())
@@ -262,7 +255,7 @@ async fn held_key_across_a_crash(blocker: Blocker, policy: &str) {
         assert_eq!(outbox.status_of(id).await, RowStatus::Pending.code(), "k-{seq} waits behind the blocked event");
     }
 
-    let released = release(&stack, &outbox, head, blocker).await;
+    let released = release(stack, outbox, head, blocker).await;
     let within = Duration::from_secs(5).saturating_sub(released.elapsed());
     eventually("the held key's events SENT within 5 s of the release", within, || async {
         let mut sent = 0;
@@ -274,10 +267,9 @@ async fn held_key_across_a_crash(blocker: Blocker, policy: &str) {
     })
     .await;
     let expected = if blocker == Blocker::FailedThenSkipped { 7 } else { 8 };
-    let deliveries = consumed_all(&collector, &events, expected, Duration::from_secs(60)).await;
-    assert_per_key_order(&stack, &events.topic, &deliveries).await;
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    let deliveries = scenario.received(expected).await;
+    scenario.assert_per_key_order(&deliveries).await;
+    scenario.finish(relay).await;
 }
 
 /// Makes `k`'s first event the one its key waits behind; its id. A FAILED one fails
@@ -373,21 +365,18 @@ fn rows_left_after_cleanup(prefix: &str) -> Vec<(String, u8)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cleanup_deletes_exactly_the_old_sent_rows_in_batches_while_the_relay_runs_under_load() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "cleanup").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("cleanup_consumer")).await;
-    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
-    relay.wait_ready().await;
+    let scenario = Scenario::consumed("cleanup").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let relay = scenario.relay().await;
     outbox.insert_tx(&events.rows("old", 0..30)).await;
-    all_sent(&outbox, 30, Duration::from_secs(60)).await;
+    scenario.all_sent(30).await;
     let table = outbox.table.qualified();
-    let prefix = age_old_rows(&outbox, &events).await;
-    let load = Load::started(&outbox, &events, 10, 20).await;
+    let prefix = age_old_rows(outbox, events).await;
+    let load = Load::started(outbox, events, 10, 20).await;
 
     let output = cli(
-        &stack,
-        &outbox,
+        stack,
+        outbox,
         &[
             "cleanup",
             "--retention",
@@ -406,7 +395,7 @@ async fn cleanup_deletes_exactly_the_old_sent_rows_in_batches_while_the_relay_ru
     let report: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("JSON report");
     assert_eq!((report["deleted"].as_u64(), report["batches"].as_u64()), (Some(20), Some(3)), "{report}");
     assert_eq!(
-        old_rows_left(&outbox, &prefix).await,
+        old_rows_left(outbox, &prefix).await,
         rows_left_after_cleanup(&prefix),
         "exactly the old SENT rows are gone"
     );
@@ -423,29 +412,27 @@ async fn cleanup_deletes_exactly_the_old_sent_rows_in_batches_while_the_relay_ru
     assert_eq!(audited, per_batch, "one audit row per batch, with its count");
 
     let written = load.finish().await;
-    consumed_all(&collector, &events, 30 + written, Duration::from_secs(120)).await;
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    consumed_all(scenario.collector(), events, 30 + written, Duration::from_secs(120)).await;
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_cleans_up_on_its_schedule_audited_as_itself() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "scheduled").await;
-    let options = RelayOptions::new(outbox.name())
+    let scenario = Scenario::new("scheduled").await;
+    let Scenario { outbox, events, .. } = &scenario;
+    let options = scenario
+        .options()
         .env("OUTBOX_RELAY__CLEANUP__INTERVAL_MS", 1_000)
         .env("OUTBOX_RELAY__CLEANUP__RETENTION_SECS", 7 * 86_400)
         .env("OUTBOX_RELAY__CLEANUP__BATCH", 7)
         .env("OUTBOX_RELAY__CLEANUP__PACE_MS", 20);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let relay = scenario.relay_with(&options).await;
     outbox.insert_tx(&events.rows("old", 0..30)).await;
-    all_sent(&outbox, 30, Duration::from_secs(60)).await;
-    let prefix = age_old_rows(&outbox, &events).await;
+    scenario.all_sent(30).await;
+    let prefix = age_old_rows(outbox, events).await;
     let expected = rows_left_after_cleanup(&prefix);
     eventually("the scheduled cleanup", Duration::from_secs(30), || async {
-        (old_rows_left(&outbox, &prefix).await == expected).then_some(())
+        (old_rows_left(outbox, &prefix).await == expected).then_some(())
     })
     .await;
     let mut conn = outbox.pool.get_conn().await.expect("conn");
@@ -463,25 +450,23 @@ async fn the_leader_cleans_up_on_its_schedule_audited_as_itself() {
         assert_eq!(reason, "scheduled cleanup (cleanup.interval_ms)");
         assert!(*rows <= 7, "batches of at most 7: {audited:?}");
     }
-    assert_eq!(relay.stop(), Some(0));
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_names_the_leader_its_position_and_the_rows() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "status").await;
-    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
-    relay.wait_ready().await;
+    let scenario = Scenario::new("status").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let mut relay = scenario.relay().await;
     outbox.insert_tx(&events.rows("k", 0..5)).await;
-    all_sent(&outbox, 5, Duration::from_secs(60)).await;
+    scenario.all_sent(5).await;
     let table = outbox.table.qualified();
     outbox.exec(&format!("UPDATE {table} SET status = 3 WHERE event_id = '{}'", events.id("k", 4))).await;
     let term = relay.metric("relay_leader_term") as u64;
 
     let here = [("OUTBOX_RELAY__HTTP__LISTEN", relay.http_address())];
     let report: serde_json::Value =
-        serde_json::from_str(&stdout(&cli_with(&stack, &outbox, &here, &["status", "--json"]))).expect("JSON");
+        serde_json::from_str(&stdout(&cli_with(stack, outbox, &here, &["status", "--json"]))).expect("JSON");
     let instance = &report["instance"];
     assert_eq!((instance["role"].as_str(), instance["ready"].as_bool()), (Some("leader"), Some(true)), "{report}");
     let gauges: Vec<(String, Option<f64>)> =
@@ -499,10 +484,11 @@ async fn status_names_the_leader_its_position_and_the_rows() {
     assert_eq!(report["position"]["term"].as_u64(), Some(term), "{report}");
 
     assert_eq!(relay.stop(), Some(0));
-    let human = stdout(&cli_with(&stack, &outbox, &here, &["status"]));
+    let human = stdout(&cli_with(stack, outbox, &here, &["status"]));
     assert!(human.contains("not asked (no relay answers on"), "the stopped relay cannot be asked:\n{human}");
     assert!(human.contains(&format!("none: the lease of term {term} ran out")), "released at the stop:\n{human}");
     assert!(human.contains("SENT 4, FAILED 1"), "{human}");
+    scenario.close().await;
 }
 
 fn stderr(output: &Output) -> String {
@@ -660,18 +646,16 @@ async fn position_audit(outbox: &TestOutbox) -> Vec<(String, String, String, Str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn position_set_is_refused_while_a_relay_leads_and_when_forced_ends_its_term() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "position_force").await;
-    let options = RelayOptions::new(outbox.name());
+    let scenario = Scenario::new("position_force").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let options = scenario.options();
     let its_local = [("OUTBOX_RELAY__CHECKPOINT__PATH", options.checkpoint_dir.display().to_string())];
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
-    let before_rows = replica_gtid(&stack).await;
+    let mut relay = scenario.relay_with(&options).await;
+    let before_rows = replica_gtid(stack).await;
     outbox.insert_tx(&events.rows("k", 0..3)).await;
-    all_sent(&outbox, 3, Duration::from_secs(60)).await;
+    scenario.all_sent(3).await;
     eventually("the relay's local checkpoint past the rows", Duration::from_secs(60), || async {
-        let shown = json_of(&cli_with(&stack, &outbox, &its_local, &["position", "show", "--json"]));
+        let shown = json_of(&cli_with(stack, outbox, &its_local, &["position", "show", "--json"]));
         let local = shown["local"]["position"]["gtid"].as_str().map(domain_0_seq);
         local.filter(|seq| *seq > domain_0_seq(&before_rows))
     })
@@ -679,30 +663,30 @@ async fn position_set_is_refused_while_a_relay_leads_and_when_forced_ends_its_te
     let term = relay.metric("relay_leader_term") as u64;
     let set = ["position", "set", "--gtid", before_rows.as_str(), "--operator", "dave", "--reason", "INC-7", "--json"];
 
-    let refused = cli_with(&stack, &outbox, &its_local, &set);
+    let refused = cli_with(stack, outbox, &its_local, &set);
     let why = stderr(&refused);
     assert_eq!(refused.status.code(), Some(4), "{why}");
     assert!(why.contains("refused") && why.contains(&format!(":{}:", relay.pid())) && why.contains("--force"), "{why}");
     // Forced, but the relay on this host holds a local checkpoint further on, which it
     // would keep: refused too, saying to stop it.
     let forced = [&set[..], &["--force"]].concat();
-    let held = cli_with(&stack, &outbox, &its_local, &forced);
+    let held = cli_with(stack, outbox, &its_local, &forced);
     let why = stderr(&held);
     assert_eq!(held.status.code(), Some(4), "{why}");
     assert!(why.contains("further than") && why.contains("stop the relay on this host"), "{why}");
-    assert!(position_audit(&outbox).await.is_empty(), "a refused set audits nothing");
+    assert!(position_audit(outbox).await.is_empty(), "a refused set audits nothing");
 
     // From a host without a local checkpoint, forced: the mirror is set and the term ends.
     let elsewhere =
         [("OUTBOX_RELAY__CHECKPOINT__PATH", std::env::temp_dir().join(unique("none")).display().to_string())];
-    let done = cli_with(&stack, &outbox, &elsewhere, &forced);
+    let done = cli_with(stack, outbox, &elsewhere, &forced);
     assert!(done.status.success(), "{}", stderr(&done));
     let change = json_of(&done);
     assert_eq!(change["after"]["gtid"].as_str(), Some(before_rows.as_str()), "{change}");
     assert_eq!(change["ended_term"]["term"].as_u64(), Some(term), "{change}");
     assert_eq!(change["ended_term"]["was_leading"], true, "{change}");
     assert_eq!(change["local"], "not_present", "{change}");
-    let audit = position_audit(&outbox).await;
+    let audit = position_audit(outbox).await;
     assert_eq!(audit.len(), 1, "{audit:?}");
     let (who, why, old, new, result) = &audit[0];
     assert_eq!((who.as_str(), why.as_str()), ("dave", "INC-7"));
@@ -717,32 +701,30 @@ async fn position_set_is_refused_while_a_relay_leads_and_when_forced_ends_its_te
     .await;
     relay.wait_ready().await;
     outbox.insert_tx(&events.rows("k", 3..6)).await;
-    all_sent(&outbox, 6, Duration::from_secs(60)).await;
+    scenario.all_sent(6).await;
     let (resumed, _) = eventually("the mirror written under the new term", Duration::from_secs(60), || async {
-        mirrored(&outbox).await.filter(|(_, written_in)| *written_in > term + 1)
+        mirrored(outbox).await.filter(|(_, written_in)| *written_in > term + 1)
     })
     .await;
     assert!(domain_0_seq(&resumed) > domain_0_seq(&before_rows), "{resumed} is not past {before_rows}");
-    assert_eq!(relay.stop(), Some(0));
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn position_set_while_stopped_makes_the_relay_resume_from_there() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "position_replay").await;
-    let options = RelayOptions::new(outbox.name());
+    let scenario = Scenario::new("position_replay").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let options = scenario.options();
     let local = [("OUTBOX_RELAY__CHECKPOINT__PATH", options.checkpoint_dir.display().to_string())];
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let mut relay = scenario.relay_with(&options).await;
     outbox.insert_tx(&events.rows("k", 0..3)).await;
-    all_sent(&outbox, 3, Duration::from_secs(60)).await;
-    let before_second = replica_gtid(&stack).await;
+    scenario.all_sent(3).await;
+    let before_second = replica_gtid(stack).await;
     outbox.insert_tx(&events.rows("k", 3..6)).await;
-    all_sent(&outbox, 6, Duration::from_secs(60)).await;
+    scenario.all_sent(6).await;
     assert_eq!(relay.stop(), Some(0));
 
-    let shown = json_of(&cli_with(&stack, &outbox, &local, &["position", "show", "--json"]));
+    let shown = json_of(&cli_with(stack, outbox, &local, &["position", "show", "--json"]));
     assert_eq!(shown["local"]["state"], "saved", "{shown}");
     let saved = shown["local"]["position"]["gtid"].as_str().unwrap_or_default().to_owned();
     assert!(domain_0_seq(&saved) > domain_0_seq(&before_second), "checkpointed past the second batch: {shown}");
@@ -760,24 +742,23 @@ async fn position_set_while_stopped_makes_the_relay_resume_from_there() {
         ))
         .await;
     let set = ["position", "set", "--gtid", before_second.as_str(), "--operator", "erin", "--reason", "replay"];
-    let change = json_of(&cli_with(&stack, &outbox, &local, &[&set[..], &["--json"]].concat()));
+    let change = json_of(&cli_with(stack, outbox, &local, &[&set[..], &["--json"]].concat()));
     assert_eq!(change["local"], "rewritten", "{change}");
     assert_eq!(change["ended_term"]["was_leading"], false, "{change}");
     assert_eq!(change["before"]["gtid"].as_str(), shown["mirror"]["gtid"].as_str(), "{change}");
-    let after = json_of(&cli_with(&stack, &outbox, &local, &["position", "show", "--json"]));
+    let after = json_of(&cli_with(stack, outbox, &local, &["position", "show", "--json"]));
     assert_eq!(after["local"]["position"]["gtid"].as_str(), Some(before_second.as_str()), "{after}");
     assert_eq!(after["mirror"]["gtid"].as_str(), Some(before_second.as_str()), "{after}");
-    let audit = position_audit(&outbox).await;
+    let audit = position_audit(outbox).await;
     assert_eq!(audit.len(), 1, "{audit:?}");
     assert_eq!((audit[0].0.as_str(), audit[0].1.as_str()), ("erin", "replay"));
     assert!(audit[0].4.contains("rewritten"), "{audit:?}");
 
-    let mut relay = RelayProcess::start(&stack, &options.env("OUTBOX_RELAY__SWEEP__GRACE_MS", 600_000));
-    relay.wait_ready().await;
-    all_sent(&outbox, 6, Duration::from_secs(60)).await;
+    let relay = scenario.relay_with(&options.env("OUTBOX_RELAY__SWEEP__GRACE_MS", 600_000)).await;
+    scenario.all_sent(6).await;
     eventually("the mirror at or past the position set", Duration::from_secs(60), || async {
-        mirrored(&outbox).await.filter(|(gtid, _)| domain_0_seq(gtid) >= domain_0_seq(&before_second))
+        mirrored(outbox).await.filter(|(gtid, _)| domain_0_seq(gtid) >= domain_0_seq(&before_second))
     })
     .await;
-    assert_eq!(relay.stop(), Some(0));
+    scenario.finish(relay).await;
 }

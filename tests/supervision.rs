@@ -10,9 +10,10 @@ mod common;
 use std::time::Duration;
 
 use common::collector::Collector;
-use common::events::{all_sent, consumed_all, delivery_counts, stored_twice, Events};
+use common::events::{all_sent, consumed_all, delivery_counts, stored_twice};
 use common::outbox::TestOutbox;
-use common::relay::{RelayOptions, RelayProcess};
+use common::relay::RelayOptions;
+use common::scenario::Scenario;
 use common::{eventually, unique, Stack};
 use mysql_async::prelude::Queryable;
 use outbox_kit::RowStatus;
@@ -57,21 +58,18 @@ impl ReplUser {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_replication_grant_is_reported_at_once_and_the_sweep_delivers_meanwhile() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "revoke").await;
-    let user = ReplUser::create(&outbox, &stack).await;
-    let options = RelayOptions::new(outbox.name())
-        .env("OUTBOX_RELAY__SOURCE__URL", &user.url)
-        .env("OUTBOX_RELAY__SWEEP__GRACE_MS", 1_000);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let scenario = Scenario::new("revoke").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let user = ReplUser::create(outbox, stack).await;
+    let options =
+        scenario.options().env("OUTBOX_RELAY__SOURCE__URL", &user.url).env("OUTBOX_RELAY__SWEEP__GRACE_MS", 1_000);
+    let mut relay = scenario.relay_with(&options).await;
     outbox.insert_tx(&events.rows("k", 0..50)).await;
-    all_sent(&outbox, 50, Duration::from_secs(60)).await;
+    scenario.all_sent(50).await;
 
     outbox.exec(&format!("REVOKE REPLICATION SLAVE ON *.* FROM '{}'@'127.0.0.1'", user.name)).await;
     stack.replica_caught_up().await;
-    assert_eq!(user.kill_dumps(&stack).await, 1, "the relay's dump connection was found and killed");
+    assert_eq!(user.kill_dumps(stack).await, 1, "the relay's dump connection was found and killed");
     let body = eventually("/readyz 503 naming the missing grant", Duration::from_secs(10), || async {
         let body = relay.http_get("/readyz");
         (body.starts_with("HTTP/1.0 503") && body.contains("REPLICATION SLAVE")).then_some(body)
@@ -92,37 +90,34 @@ async fn a_revoked_replication_grant_is_reported_at_once_and_the_sweep_delivers_
     for start in (50..150).step_by(25) {
         outbox.insert_tx(&events.rows("k", start..start + 25)).await;
     }
-    all_sent(&outbox, 150, Duration::from_secs(60)).await;
+    scenario.all_sent(150).await;
     assert!(!relay.wait_readiness(false, Duration::from_secs(1)).await.is_empty(), "still not ready: grant missing");
 
     // The grant is back: the binlog path resumes by itself and the relay is ready.
     outbox.exec(&format!("GRANT REPLICATION SLAVE ON *.* TO '{}'@'127.0.0.1'", user.name)).await;
     relay.wait_readiness(true, Duration::from_secs(30)).await;
     outbox.insert_tx(&events.rows("k", 150..200)).await;
-    all_sent(&outbox, 200, Duration::from_secs(60)).await;
+    scenario.all_sent(200).await;
     assert_eq!(relay.stop(), Some(0));
 
     // A fresh consumer sees every event of the test, none lost, and none twice: the
     // binlog path, resuming, skipped what the sweep sent while it had taken over.
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let relay = scenario.relay_with(&options).await;
     let collector = Collector::start(&stack.namesrv, &events.topic, &unique("revoke_consumer")).await;
-    let deliveries = consumed_all(&collector, &events, 200, Duration::from_secs(120)).await;
+    let deliveries = consumed_all(&collector, events, 200, Duration::from_secs(120)).await;
     let doubled = stored_twice(&deliveries);
     assert!(doubled.is_empty(), "{} events published twice, e.g. {:?}", doubled.len(), doubled.first());
-    assert_eq!(relay.stop(), Some(0));
+    scenario.finish(relay).await;
     collector.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(not(feature = "fault-injection"), ignore = "needs --features fault-injection (scripts/test enables it)")]
 async fn a_panicking_lane_stops_the_relay_with_exit_1_and_a_restart_loses_nothing() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "panic").await;
-    let options = RelayOptions::new(outbox.name());
-    let mut relay = RelayProcess::start(&stack, &options.clone().env("OUTBOX_RELAY_FAULT_LANE_PANIC_AFTER", 100));
-    relay.wait_ready().await;
+    let scenario = Scenario::new("panic").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let options = scenario.options();
+    let mut relay = scenario.relay_with(&options.clone().env("OUTBOX_RELAY_FAULT_LANE_PANIC_AFTER", 100)).await;
     for key in 0..6 {
         outbox.insert_tx(&events.rows(&format!("key-{key}"), 0..50)).await;
     }
@@ -134,13 +129,12 @@ async fn a_panicking_lane_stops_the_relay_with_exit_1_and_a_restart_loses_nothin
     );
     assert!(log.contains("final checkpoint written"), "it drained and checkpointed before exiting:\n{log}");
 
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
-    all_sent(&outbox, 300, Duration::from_secs(60)).await;
+    let relay = scenario.relay_with(&options).await;
+    scenario.all_sent(300).await;
     let collector = Collector::start(&stack.namesrv, &events.topic, &unique("panic_consumer")).await;
-    let deliveries = consumed_all(&collector, &events, 300, Duration::from_secs(120)).await;
+    let deliveries = consumed_all(&collector, events, 300, Duration::from_secs(120)).await;
     assert_eq!(delivery_counts(&deliveries).len(), 300, "every event reached the broker");
-    assert_eq!(relay.stop(), Some(0));
+    scenario.finish(relay).await;
     collector.shutdown().await;
 }
 
@@ -152,12 +146,10 @@ async fn a_panicking_lane_stops_the_relay_with_exit_1_and_a_restart_loses_nothin
 async fn the_relay_runs_without_transparent_huge_pages() {
     assert_eq!(thp_enabled("self"), Some(true), "this test needs a kernel and a runner with transparent huge pages");
     assert!(std::env::var_os("MIMALLOC_ALLOW_THP").is_none(), "MIMALLOC_ALLOW_THP would turn them off for the relay");
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let mut relay = RelayProcess::start(&stack, &RelayOptions::new(outbox.name()));
-    relay.wait_ready().await;
+    let scenario = Scenario::new("thp").await;
+    let relay = scenario.relay().await;
     assert_eq!(thp_enabled(&relay.pid().to_string()), Some(false), "THP_enabled is 0 for the relay");
-    assert_eq!(relay.stop(), Some(0));
+    scenario.finish(relay).await;
 }
 
 /// The `THP_enabled` line of `/proc/{process}/status`; `None` when the kernel has none.
@@ -187,12 +179,10 @@ async fn sigterm_under_load_in_poll_mode_hands_every_claim_back() {
 /// producer shut down, no row left SENDING, and after a restart the broker holds
 /// exactly one message per row (nothing acknowledged was sent again, nothing lost).
 async fn sigterm_under_load(settings: &[(&str, &str)]) {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "sigterm").await;
-    let options = settings.iter().fold(RelayOptions::new(outbox.name()), |o, (k, v)| o.env(k, v));
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let scenario = Scenario::new("sigterm").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let options = settings.iter().fold(scenario.options(), |o, (k, v)| o.env(k, v));
+    let mut relay = scenario.relay_with(&options).await;
 
     // A steady load, in small transactions, while the relay is stopped.
     let writer = tokio::spawn({
@@ -223,16 +213,15 @@ async fn sigterm_under_load(settings: &[(&str, &str)]) {
     assert_eq!(outbox.count_status(RowStatus::Sending).await, 0, "no row left SENDING");
     writer.await.expect("writer");
 
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
-    all_sent(&outbox, 2_000, Duration::from_secs(120)).await;
+    let relay = scenario.relay_with(&options).await;
+    all_sent(outbox, 2_000, Duration::from_secs(120)).await;
     let producer = stack.producer("sigterm_count").await;
     let stored = eventually("the topic's stored count", Duration::from_secs(30), || async {
         producer.stored_count(&events.topic).await.ok().filter(|&n| n >= 2_000)
     })
     .await;
     assert_eq!(stored, 2_000, "no event was sent twice across a graceful stop");
-    assert_eq!(relay.stop(), Some(0));
+    scenario.finish(relay).await;
     producer.shutdown().await;
 }
 
@@ -257,27 +246,23 @@ async fn a_write_back_that_changes_a_row_fewer_gives_the_claim_back_at_once_in_p
 /// mode the live leader's own claim, put back to PENDING within a second rather than
 /// left SENDING until the term ends.
 async fn short_write_back(settings: &[(&str, &str)]) {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "short_write").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("short_write_consumer")).await;
+    let scenario = Scenario::consumed("short_write").await;
+    let Scenario { outbox, events, .. } = &scenario;
     let options = settings
         .iter()
-        .fold(quick_sweep(RelayOptions::new(outbox.name())), |o, (k, v)| o.env(k, v))
+        .fold(quick_sweep(scenario.options()), |o, (k, v)| o.env(k, v))
         .env("OUTBOX_RELAY_FAULT_SENT_WRITE_SHORT_AT", 1);
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
+    let relay = scenario.relay_with(&options).await;
     outbox.insert_tx(&events.rows("k", 0..10)).await;
-    all_sent(&outbox, 10, Duration::from_secs(60)).await;
+    scenario.all_sent(10).await;
     assert_eq!(relay.metric(r#"relay_write_misses_total{miss="sent_unchanged"}"#), 1.0, "the miss is counted");
     let first = outbox.id_of(&events.id("k", 0)).await;
     assert!(relay.log_text().contains(&format!("ids=[{first}")), "the miss is logged with the batch's ids");
-    let deliveries = consumed_all(&collector, &events, 10, Duration::from_secs(60)).await;
+    let deliveries = scenario.received(10).await;
     let counts = delivery_counts(&deliveries);
     assert!(counts.values().all(|&n| n <= 2), "an event published more than once more: {counts:?}");
     assert_eq!(outbox.count_status(RowStatus::Sending).await, 0, "no row left SENDING");
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    scenario.finish(relay).await;
 }
 
 /// A SENT write-back that panics (a test hook) is a bug like any panicking task: the
@@ -285,25 +270,20 @@ async fn short_write_back(settings: &[(&str, &str)]) {
 /// and no event was published more than once more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_back_that_panics_names_its_rows_and_stops_the_relay_and_a_restart_loses_nothing() {
-    let stack = Stack::from_env();
-    let outbox = TestOutbox::create(&stack).await;
-    let events = Events::new(&stack, "panicked_write").await;
-    let collector = Collector::start(&stack.namesrv, &events.topic, &unique("panicked_write_consumer")).await;
-    let options = quick_sweep(RelayOptions::new(outbox.name()));
-    let mut relay = RelayProcess::start(&stack, &options.clone().env("OUTBOX_RELAY_FAULT_SENT_WRITE_PANIC_AT", 1));
-    relay.wait_ready().await;
+    let scenario = Scenario::consumed("panicked_write").await;
+    let Scenario { outbox, events, .. } = &scenario;
+    let options = quick_sweep(scenario.options());
+    let mut relay = scenario.relay_with(&options.clone().env("OUTBOX_RELAY_FAULT_SENT_WRITE_PANIC_AT", 1)).await;
     outbox.insert_tx(&events.rows("k", 0..10)).await;
     assert_eq!(relay.wait_exit(Duration::from_secs(60)).await, Some(1), "a panic is exit code 1");
     let first = outbox.id_of(&events.id("k", 0)).await;
     let log = relay.log_text();
     assert!(log.contains("a SENT write-back panicked") && log.contains(&format!("ids=[{first}")), "{log}");
 
-    let mut relay = RelayProcess::start(&stack, &options);
-    relay.wait_ready().await;
-    all_sent(&outbox, 10, Duration::from_secs(60)).await;
-    let deliveries = consumed_all(&collector, &events, 10, Duration::from_secs(60)).await;
+    let relay = scenario.relay_with(&options).await;
+    scenario.all_sent(10).await;
+    let deliveries = scenario.received(10).await;
     let counts = delivery_counts(&deliveries);
     assert!(counts.values().all(|&n| n <= 2), "an event published more than once more: {counts:?}");
-    assert_eq!(relay.stop(), Some(0));
-    collector.shutdown().await;
+    scenario.finish(relay).await;
 }
