@@ -207,9 +207,6 @@ async fn sigterm_under_load(settings: &[(&str, &str)]) {
     for line in ["every relay task has stopped", "RocketMQ producer shut down"] {
         assert!(log.contains(line), "the log says {line:?}:\n{log}");
     }
-    if !settings.contains(&("OUTBOX_RELAY__MODE", "poll")) {
-        assert!(log.contains("final checkpoint written"), "the final checkpoint:\n{log}");
-    }
     assert_eq!(outbox.count_status(RowStatus::Sending).await, 0, "no row left SENDING");
     writer.await.expect("writer");
 
@@ -220,6 +217,8 @@ async fn sigterm_under_load(settings: &[(&str, &str)]) {
         producer.stored_count(&events.topic).await.ok().filter(|&n| n >= 2_000)
     })
     .await;
+    // In binlog mode only a final checkpoint at the end of what was acknowledged keeps
+    // the restart from sending anything again.
     assert_eq!(stored, 2_000, "no event was sent twice across a graceful stop");
     scenario.finish(relay).await;
     producer.shutdown().await;

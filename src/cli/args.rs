@@ -153,7 +153,8 @@ pub enum AdminCommand {
         #[arg(long)]
         key: String,
     },
-    /// Send one probe message to queue 0 of a topic; succeeds only on SEND_OK.
+    /// Send one probe message to the first queue of each broker of a topic; succeeds
+    /// only when every broker answers SEND_OK.
     Ping {
         #[arg(long)]
         namesrv: String,
@@ -161,6 +162,9 @@ pub enum AdminCommand {
         topic: String,
         #[arg(long)]
         queues: u32,
+        /// Also find each probe by its key within this many seconds (the broker's key index).
+        #[arg(long, value_name = "SECS")]
+        find_within: Option<u64>,
     },
 }
 

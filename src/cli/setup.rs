@@ -42,10 +42,22 @@ pub async fn admin(command: AdminCommand) -> anyhow::Result<()> {
             }
             anyhow::ensure!(!found.is_empty(), "no message with key {key} in topic {topic}");
         }
-        AdminCommand::Ping { namesrv, topic, queues } => {
-            let receipt =
-                admin::ping(&namesrv, &topic, queues).await.with_context(|| format!("ping {topic} via {namesrv}"))?;
-            println!("SEND_OK msg_id={}", receipt.msg_ids.join(","));
+        AdminCommand::Ping { namesrv, topic, queues, find_within } => {
+            let within = find_within.map(std::time::Duration::from_secs);
+            let probes = admin::ping(&namesrv, &topic, queues, within)
+                .await
+                .with_context(|| format!("ping {topic} via {namesrv}"))?;
+            for probe in probes {
+                let found = probe.found_after.map(|after| format!(" found_by_key_after_ms={}", after.as_millis()));
+                println!(
+                    "SEND_OK broker={} queue={} msg_id={} key={}{}",
+                    probe.broker,
+                    probe.queue_id,
+                    probe.msg_id,
+                    probe.key,
+                    found.unwrap_or_default()
+                );
+            }
         }
     }
     Ok(())

@@ -1,13 +1,16 @@
 //! Operator actions on the broker that do not need the relay's configuration:
-//! creating a topic with a pinned queue count, and a round-trip test send.
-//! `scripts/stack` uses both to know the broker is really ready.
+//! creating a topic with a pinned queue count, a round-trip test send to every broker
+//! (and, when asked, a look-up of it by key), and finding messages by key.
+//! `scripts/stack` uses them to know the brokers are really ready.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 
 use crate::event::OutboxEvent;
-use crate::rocketmq::{Producer, ProducerSettings, PublishError, SendReceipt};
+use rocketmq_model::common::message::message_queue::MessageQueue;
+
+use crate::rocketmq::{Producer, ProducerSettings, PublishError};
 
 /// How long a new topic may take to appear in the NameServer's route table.
 const ROUTE_DEADLINE: Duration = Duration::from_secs(30);
@@ -91,24 +94,87 @@ impl Spread<'_> {
     }
 }
 
-/// Sends one probe message to queue 0 of `topic`; `Ok` only on SEND_OK.
-pub async fn ping(namesrv: &str, topic: &str, queues: u32) -> Result<SendReceipt, PublishError> {
+/// One probe message's answer: where it went and what the broker said.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub broker: String,
+    pub queue_id: i32,
+    pub key: String,
+    pub msg_id: String,
+    /// How long the broker's key index took to find it, when asked (`find_within`).
+    pub found_after: Option<Duration>,
+}
+
+/// Sends one probe message to the first queue of each broker of `topic`; `Ok` only when
+/// every broker answered SEND_OK. With `find_within`, each probe must also be found by
+/// its key (the broker's key index, which `find` and the KEYS lookups of operators use)
+/// within that time.
+pub async fn ping(
+    namesrv: &str,
+    topic: &str,
+    queues: u32,
+    find_within: Option<Duration>,
+) -> Result<Vec<Probe>, PublishError> {
     let producer = Producer::start(settings(namesrv)).await?;
     let result = async {
-        let queue = producer.pinned_queues(topic, queues).await?.swap_remove(0);
-        let probe = OutboxEvent {
-            id: 0,
-            event_id: format!("ping-{}", uuid::Uuid::now_v7()),
-            biz_key: "ping".to_owned(),
-            topic: topic.to_owned(),
-            payload: Bytes::from_static(b"{\"ping\":true}"),
-            created_local_us: None,
-        };
-        producer.send_batch(&queue, std::slice::from_ref(&probe)).await
+        let mut probes = Vec::new();
+        for queue in first_queue_per_broker(producer.pinned_queues(topic, queues).await?) {
+            let key = format!("ping-{}", uuid::Uuid::now_v7());
+            let probe = OutboxEvent {
+                id: 0,
+                event_id: key.clone(),
+                biz_key: "ping".to_owned(),
+                topic: topic.to_owned(),
+                payload: Bytes::from_static(b"{\"ping\":true}"),
+                created_local_us: None,
+            };
+            let receipt = producer.send_batch(&queue, std::slice::from_ref(&probe)).await?;
+            let found_after = match find_within {
+                Some(within) => Some(found_by_key(&producer, topic, &key, queue.broker_name(), within).await?),
+                None => None,
+            };
+            let msg_id = receipt.msg_ids.join(",");
+            probes.push(Probe {
+                broker: queue.broker_name().to_string(),
+                queue_id: queue.queue_id(),
+                key,
+                msg_id,
+                found_after,
+            });
+        }
+        Ok(probes)
     }
     .await;
     producer.shutdown().await;
     result
+}
+
+/// The first queue of each broker, in route order.
+fn first_queue_per_broker(queues: Vec<MessageQueue>) -> Vec<MessageQueue> {
+    let mut seen = std::collections::HashSet::new();
+    queues.into_iter().filter(|q| seen.insert(q.broker_name().to_string())).collect()
+}
+
+/// Waits until the key index finds `key`; how long that took.
+async fn found_by_key(
+    producer: &Producer,
+    topic: &str,
+    key: &str,
+    broker: &str,
+    within: Duration,
+) -> Result<Duration, PublishError> {
+    let started = std::time::Instant::now();
+    loop {
+        if producer.find_by_key(topic, key).await.is_ok_and(|found| !found.is_empty()) {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() >= within {
+            return Err(PublishError::Cluster {
+                detail: format!("broker {broker} stored probe {key} (SEND_OK) but its key index did not find it within {within:?}: the broker stopped indexing (RocketMQ-Rust 1.0.0 does after some abnormal exits); restart it with a fresh store (scripts/stack does this by itself)"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// One line per message of `topic` whose KEYS hold `key`: queue, offset, ids, body size.
