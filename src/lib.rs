@@ -23,8 +23,8 @@
 //! batched) → `store` (the SQL). `relay` wires them per leader term; `leader` holds the
 //! lease whose term fences every write.
 //!
-//! Imports point down this list, never up (`tests/structure.rs` checks it):
-//! `exit` → `relay` → `ops` → `coordinator` → `supervise` → `http` → `error` →
+//! Imports point down this list, never up (`tests/structure.rs` checks it; the binary's
+//! `cli` sits above them all): `exit` → `relay` → `ops` → `coordinator` → `supervise` → `http` → `error` →
 //! `checkpoint` → `source` → `lanes` → `write_back` → `leader` → `health` → `store` →
 //! `metrics` → `rocketmq` → the leaves (`fault`, `findings`, `server`, `db`, `event`,
 //! `config`, `backoff`, `time`). A stage imports the types of the stages it hands to,
@@ -41,7 +41,7 @@ mod error;
 pub mod event;
 pub mod exit;
 mod fault;
-pub mod findings;
+pub(crate) mod findings;
 pub(crate) mod health;
 pub(crate) mod http;
 pub(crate) mod lanes;
@@ -50,7 +50,7 @@ pub(crate) mod metrics;
 pub mod ops;
 pub mod relay;
 pub mod rocketmq;
-pub mod server;
+pub(crate) mod server;
 pub(crate) mod source;
 pub mod store;
 mod supervise;

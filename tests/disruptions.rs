@@ -416,15 +416,7 @@ async fn a_broker_outage_longer_than_the_retry_budget_fails_nothing_and_keeps_ev
     let body = relay.wait_readiness(false, Duration::from_secs(20)).await;
     assert!(body.contains("broker"), "/readyz names the broker: {body}");
     let sent_before = relay.metric_sum("relay_events_published_total");
-    throughout("no row FAILED during the outage", Duration::from_secs(12), || async {
-        let failed = outbox.count_status(RowStatus::Failed).await;
-        if failed > 0 {
-            vec![failed]
-        } else {
-            vec![]
-        }
-    })
-    .await;
+    none_failed_throughout(outbox, "no row FAILED during the outage", Duration::from_secs(12)).await;
     assert_eq!(
         relay.metric_sum("relay_events_published_total"),
         sent_before,
@@ -488,15 +480,7 @@ async fn a_configured_topic_deleted_under_load_is_held_and_flows_again_once_crea
     })
     .await;
     assert!(body.contains("held"), "the topic's events are held: {body}");
-    throughout("no row FAILED while its topic is missing", Duration::from_secs(5), || async {
-        let failed = outbox.count_status(RowStatus::Failed).await;
-        if failed > 0 {
-            vec![failed]
-        } else {
-            vec![]
-        }
-    })
-    .await;
+    none_failed_throughout(outbox, "no row FAILED while its topic is missing", Duration::from_secs(5)).await;
 
     outbox_relay::ops::admin::create_topic(&stack.namesrv, "DefaultCluster", &events.topic, 8, None)
         .await
@@ -741,4 +725,13 @@ async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
     })
     .await;
     scenario.finish(relay).await;
+}
+
+/// Fails as soon as a row of `outbox` is FAILED during `period`.
+async fn none_failed_throughout(outbox: &TestOutbox, what: &str, period: Duration) {
+    throughout(what, period, || async {
+        let failed = outbox.count_status(RowStatus::Failed).await;
+        (failed > 0).then_some(failed).into_iter().collect::<Vec<_>>()
+    })
+    .await;
 }

@@ -61,18 +61,19 @@ fn the_relays_modules_import_only_downstream_and_without_a_cycle() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let graph = module_graph(&src);
     assert!(graph["coordinator"].contains("lanes"), "the graph was read: {graph:#?}");
-    assert!(graph["source::binlog"].contains("source::sweep"), "second-level modules are nodes: {graph:#?}");
-    let folders = folder_graph(&graph);
-    for (module, imports) in &folders {
-        let rank = layer(module);
+    assert!(graph["relay::pipeline"].contains("relay::gauges"), "grouped imports are read: {graph:#?}");
+    assert!(graph["source::binlog::preflight"].contains("source::binlog::settings"), "every depth: {graph:#?}");
+    let mut levels = sibling_graphs(&graph);
+    for (module, imports) in levels.remove("").unwrap_or_default() {
+        let rank = layer(&module);
         for imported in imports {
             assert!(
-                layer(imported) > rank,
+                layer(&imported) > rank,
                 "{module} imports {imported}, which LAYERS puts above it: move the shared part down, or fix LAYERS and src/lib.rs"
             );
         }
     }
-    for (folder, siblings) in sibling_graphs(&graph) {
+    for (folder, siblings) in levels {
         if let Some(cycle) = find_cycle(&siblings) {
             panic!("import cycle inside {folder}: {}", cycle.join(" -> "));
         }
@@ -84,13 +85,19 @@ fn the_kits_modules_import_each_other_without_a_cycle() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/outbox-kit/src");
     let graph = module_graph(&src);
     assert!(graph["consumer::idempotent"].contains("consumer::subscription"), "the graph was read: {graph:#?}");
-    if let Some(cycle) = find_cycle(&folder_graph(&graph)) {
-        panic!("import cycle between the kit's folders: {}", cycle.join(" -> "));
-    }
     for (folder, siblings) in sibling_graphs(&graph) {
         if let Some(cycle) = find_cycle(&siblings) {
-            panic!("import cycle inside the kit's {folder}: {}", cycle.join(" -> "));
+            panic!("import cycle inside the kit's {}: {}", display(&folder), cycle.join(" -> "));
         }
+    }
+}
+
+/// A folder's name in a message: the crate root is "the crate".
+fn display(folder: &str) -> &str {
+    if folder.is_empty() {
+        "crate"
+    } else {
+        folder
     }
 }
 
@@ -102,27 +109,24 @@ fn layer(module: &str) -> usize {
         .unwrap_or_else(|| panic!("{module} is not in LAYERS: add it where it belongs"))
 }
 
-/// The graph with every module collapsed to its top-level folder: a child's imports
-/// are its folder's, so a cycle through a parent and its child shows as one between
-/// folders.
-fn folder_graph(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, BTreeSet<String>> {
-    let top = |node: &str| node.split("::").next().unwrap_or(node).to_owned();
-    let mut folders: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (node, imports) in graph {
-        let entry = folders.entry(top(node)).or_default();
-        entry.extend(imports.iter().map(|i| top(i)).filter(|i| *i != top(node)));
-    }
-    folders
-}
-
-/// For each folder, the imports among its children (a child and the folder's own
-/// `mod.rs` are parent and child: their links are re-exports and shared types).
+/// For each folder ("" for the crate root), the imports among its children: an import
+/// of module A from module B counts in the deepest folder holding both, between the
+/// children of that folder that hold them. So an import cycle anywhere, one through a
+/// parent module included, is a cycle among the children of one folder. A module and its
+/// own ancestors are parent and child (re-exports, shared types), never siblings.
 fn sibling_graphs(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
     let mut folders: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
-    for (node, imports) in graph {
-        let Some((folder, _)) = node.split_once("::") else { continue };
-        let siblings = imports.iter().filter(|i| i.starts_with(&format!("{folder}::"))).cloned().collect();
-        folders.entry(folder.to_owned()).or_default().insert(node.clone(), siblings);
+    for (from, imports) in graph {
+        let a: Vec<&str> = from.split("::").collect();
+        for to in imports {
+            let b: Vec<&str> = to.split("::").collect();
+            let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+            if common == a.len() || common == b.len() {
+                continue;
+            }
+            let folder = folders.entry(a[..common].join("::")).or_default();
+            folder.entry(a[..=common].join("::")).or_default().insert(b[..=common].join("::"));
+        }
     }
     folders
 }
@@ -140,68 +144,94 @@ fn no_sql_in_the_broker_folder_and_no_source_type_built_in_the_sql_layer() {
     }
 }
 
-/// The module a file belongs to, down to two levels (`source::binlog` for
+/// The module a file belongs to (`source::binlog::decode` for
 /// `src/source/binlog/decode.rs`, `db` for `src/db.rs`); `None` for the crate root.
 fn node_of(relative: &Path) -> Option<String> {
-    let parts: Vec<String> = relative
-        .iter()
-        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned())
-        .filter(|p| p != "mod")
-        .collect();
+    let parts = module_path(relative);
     match parts.first().map(String::as_str) {
         None | Some("lib" | "main") => None,
-        _ => Some(parts.iter().take(2).cloned().collect::<Vec<_>>().join("::")),
+        _ => Some(parts.join("::")),
     }
 }
 
-/// Module -> the modules its files name as `crate::a[::b]` or `super::b`, resolved to
-/// the deepest module of the graph; links between a module and its own parent or
-/// child (re-exports) are left out.
+/// The path segments of the module a file is.
+fn module_path(relative: &Path) -> Vec<String> {
+    relative.iter().map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned()).filter(|p| p != "mod").collect()
+}
+
+/// Module -> the modules its files name as `crate::a::b...` or `super::b...` (each item
+/// of a `{...}` group too), resolved to the deepest module of the graph; links between a
+/// module and its own ancestors or descendants are left out.
 fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let files: Vec<(String, PathBuf, String)> = rust_files(src)
+    let files: Vec<(String, Vec<String>, String)> = rust_files(src)
         .into_iter()
         .filter_map(|file| {
             let relative = file.strip_prefix(src).expect("under src").to_owned();
             let node = node_of(&relative)?;
             let text = std::fs::read_to_string(&file).expect("read source");
-            Some((node, relative, text))
+            // A file's unit tests may use any module of the crate: not part of the structure.
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default().to_owned();
+            Some((node, module_path(&relative), code))
         })
         .collect();
     let nodes: BTreeSet<String> = files.iter().map(|(node, _, _)| node.clone()).collect();
     let resolve = |path: &[String]| -> Option<String> {
-        (1..=path.len().min(2)).rev().map(|n| path[..n].join("::")).find(|candidate| nodes.contains(candidate))
+        (1..=path.len()).rev().map(|n| path[..n].join("::")).find(|candidate| nodes.contains(candidate))
     };
     let mut graph: BTreeMap<String, BTreeSet<String>> = nodes.iter().map(|n| (n.clone(), BTreeSet::new())).collect();
-    for (node, relative, text) in &files {
-        let module: Vec<String> = relative
-            .iter()
-            .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned())
-            .filter(|p| p != "mod")
-            .collect();
+    for (node, module, text) in &files {
         for (prefix, base) in [("crate::", Vec::new()), ("super::", module[..module.len().saturating_sub(1)].to_vec())]
         {
             for (i, _) in text.match_indices(prefix) {
-                let rest = &text[i + prefix.len()..];
-                let mut path = base.clone();
-                path.extend(
-                    rest.split("::")
-                        .map(|segment| {
-                            segment.chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect::<String>()
-                        })
-                        .take_while(|segment| !segment.is_empty())
-                        .take(2),
-                );
-                let Some(target) = resolve(&path) else { continue };
-                let related = target == *node
-                    || target.starts_with(&format!("{node}::"))
-                    || node.starts_with(&format!("{target}::"));
-                if !related {
-                    graph.entry(node.clone()).or_default().insert(target);
+                for path in paths_after(&text[i + prefix.len()..]) {
+                    let full: Vec<String> = base.iter().cloned().chain(path).collect();
+                    let Some(target) = resolve(&full) else { continue };
+                    let related = target == *node
+                        || target.starts_with(&format!("{node}::"))
+                        || node.starts_with(&format!("{target}::"));
+                    if !related {
+                        graph.entry(node.clone()).or_default().insert(target);
+                    }
                 }
             }
         }
     }
     graph
+}
+
+/// The module paths named at the start of `rest` (what follows `crate::` or `super::`):
+/// one for `a::b::Item`, one per item for `a::{b, c::D}`.
+fn paths_after(rest: &str) -> Vec<Vec<String>> {
+    let mut head = Vec::new();
+    let mut tail = rest;
+    loop {
+        let segment: String =
+            tail.chars().take_while(|c| c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit()).collect();
+        if segment.is_empty() {
+            break;
+        }
+        tail = &tail[segment.len()..];
+        head.push(segment);
+        match tail.strip_prefix("::") {
+            Some(after) => tail = after,
+            None => return vec![head],
+        }
+    }
+    let Some(group) = tail.strip_prefix('{').and_then(|g| g.split('}').next()) else { return vec![head] };
+    group
+        .split(',')
+        .map(|item| {
+            let mut path = head.clone();
+            path.extend(
+                item.trim()
+                    .split("::")
+                    .map(str::to_owned)
+                    .take_while(|s| s.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+                    .filter(|s| !s.is_empty() && s != "self"),
+            );
+            path
+        })
+        .collect()
 }
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
@@ -267,8 +297,8 @@ fn a_circle_through_a_parent_module_is_found() {
     let graph = module_graph(&dir);
     std::fs::remove_dir_all(&dir).expect("remove the fixture");
     assert_eq!(find_cycle(&graph), None, "module by module there is no cycle: {graph:#?}");
-    let folders = folder_graph(&graph);
-    assert_eq!(find_cycle(&folders), Some(vec!["check".into(), "source".into(), "check".into()]), "{folders:#?}");
+    let folders = sibling_graphs(&graph);
+    assert_eq!(find_cycle(&folders[""]), Some(vec!["check".into(), "source".into(), "check".into()]), "{folders:#?}");
 }
 
 #[test]

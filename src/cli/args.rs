@@ -229,35 +229,6 @@ pub struct PositionTarget {
     pub force: bool,
 }
 
-/// What a manual command does, once its arguments are read.
-pub enum Action {
-    Status,
-    List { limit: usize, topic: Option<String>, key: Option<String> },
-    Requeue { which: Which, by: ByWhom },
-    Skip { ids: Vec<u64>, by: ByWhom },
-    Cleanup { retention: Duration, batch: usize, pace: Duration, by: ByWhom },
-    Reconcile(ReconcileArgs),
-    PositionShow,
-    PositionSet { target: PositionTarget, by: ByWhom },
-}
-
-impl From<OperatorCommand> for Action {
-    fn from(command: OperatorCommand) -> Self {
-        match command {
-            OperatorCommand::Status => Action::Status,
-            OperatorCommand::Failed(FailedCommand::List { limit, topic, key }) => Action::List { limit, topic, key },
-            OperatorCommand::Requeue { which, by } => Action::Requeue { which, by },
-            OperatorCommand::Skip { ids, by } => Action::Skip { ids, by },
-            OperatorCommand::Cleanup { retention, batch, pace_ms, by } => {
-                Action::Cleanup { retention, batch, pace: Duration::from_millis(pace_ms), by }
-            }
-            OperatorCommand::Reconcile(args) => Action::Reconcile(args),
-            OperatorCommand::Position(PositionCommand::Show) => Action::PositionShow,
-            OperatorCommand::Position(PositionCommand::Set { target, by }) => Action::PositionSet { target, by },
-        }
-    }
-}
-
 /// `--log-format`: `text` or `json`.
 fn parse_log_format(text: &str) -> Result<LogFormat, String> {
     match text {

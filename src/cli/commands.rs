@@ -17,18 +17,18 @@ use outbox_relay::ops::reconcile::{DedupTable, Differences, Reconcile, Side, Win
 use outbox_relay::ops::report::{status_report, LeaderReport, PositionReport, StatusReport};
 use outbox_relay::store::LeaseStore;
 
-use super::args::{Action, ByWhom, ReconcileArgs};
+use super::args::{ByWhom, FailedCommand, OperatorCommand, PositionCommand, ReconcileArgs};
 
 /// Runs `action` against the primary and outbox table of `config`; prints the result.
-pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<()> {
+pub async fn run(config: &Config, command: OperatorCommand, json: bool) -> anyhow::Result<()> {
     let pool = db::connect_with("primary", &config.primary.url, &config.primary.tls, 2, &[]).await?;
     let manual = Manual::new(pool.clone(), config.outbox_table());
     let table = config.outbox_table().qualified();
     // A server error (a missing table, a missing grant) classifies as exit 4.
     let on_primary = |e| db::DbError::query("primary", &config.primary.url, e);
     let done = async {
-        match action {
-            Action::Status => {
+        match command {
+            OperatorCommand::Status => {
                 let lease = LeaseStore::new(pool.clone(), &config.outbox_table().schema, &config.lease_name());
                 let report =
                     status_report(&pool, &config.outbox_table(), &lease).await.map_err(on_primary).with_context(
@@ -48,7 +48,7 @@ pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<
                 }
                 Ok(())
             }
-            Action::List { limit, topic, key } => {
+            OperatorCommand::Failed(FailedCommand::List { limit, topic, key }) => {
                 let rows = manual
                     .failed(&FailedFilter { limit, topic, biz_key: key })
                     .await
@@ -76,16 +76,17 @@ pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<
                 }
                 Ok(())
             }
-            Action::Requeue { which, by } => {
+            OperatorCommand::Requeue { which, by } => {
                 let target = if which.all_failed { Target::AllFailed } else { Target::Ids(which.ids) };
                 let change = manual.requeue(&target, &operator(&by), by.dry_run).await;
                 report_change(change.map_err(on_primary).with_context(|| format!("requeue in {table}"))?, json)
             }
-            Action::Skip { ids, by } => {
+            OperatorCommand::Skip { ids, by } => {
                 let change = manual.skip(&Target::Ids(ids), &operator(&by), by.dry_run).await;
                 report_change(change.map_err(on_primary).with_context(|| format!("skip in {table}"))?, json)
             }
-            Action::Cleanup { retention, batch, pace, by } => {
+            OperatorCommand::Cleanup { retention, batch, pace_ms, by } => {
+                let pace = std::time::Duration::from_millis(pace_ms);
                 let interactive = std::io::IsTerminal::is_terminal(&std::io::stderr());
                 let progress = |deleted: u64| {
                     if interactive {
@@ -114,8 +115,8 @@ pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<
                 }
                 Ok(())
             }
-            Action::Reconcile(args) => reconcile(config, &pool, args, json).await,
-            Action::PositionShow => {
+            OperatorCommand::Reconcile(args) => reconcile(config, &pool, args, json).await,
+            OperatorCommand::Position(PositionCommand::Show) => {
                 let positions = Positions::new(config, config.outbox_table(), pool.clone());
                 let view = positions.show().await.with_context(|| {
                     format!("reading the position of the relay of {table} (`outbox-relay migrate` creates its tables)")
@@ -127,7 +128,7 @@ pub async fn run(config: &Config, action: Action, json: bool) -> anyhow::Result<
                 }
                 Ok(())
             }
-            Action::PositionSet { target, by } => {
+            OperatorCommand::Position(PositionCommand::Set { target, by }) => {
                 let to = match (target.gtid, target.file, target.pos) {
                     (Some(gtid), _, _) => NewPosition::Gtid(gtid),
                     (None, Some(file), Some(pos)) => NewPosition::File { file, pos },

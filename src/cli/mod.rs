@@ -55,7 +55,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Config => setup::print_config(&load()?),
         Command::Migrate { admin_url } => runtime()?.block_on(setup::migrate(&load()?, admin_url)),
         Command::Check => runtime()?.block_on(commands::check(&load()?, json)),
-        Command::Operator(command) => runtime()?.block_on(commands::run(&load()?, command.into(), json)),
+        Command::Operator(command) => runtime()?.block_on(commands::run(&load()?, command, json)),
     }
 }
 

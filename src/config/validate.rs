@@ -33,7 +33,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     at_most("lanes.max_in_flight_bytes", config.lanes.max_in_flight_bytes as u64, MAX_BUDGET)?;
     at_least("retry.backoff_initial_ms", config.retry.backoff_initial_ms, 1)?;
     at_least("retry.backoff_max_ms", config.retry.backoff_max_ms, config.retry.backoff_initial_ms)?;
-    at_least("sweep.interval_ms", config.sweep.interval(config.mode).as_millis() as u64, 10)?;
+    at_least("sweep.interval_ms", crate::time::millis(config.sweep.interval(config.mode)), 10)?;
     at_least("sweep.batch", config.sweep.batch as u64, 1)?;
     at_least("sweep.lease_ms", config.sweep.lease_ms, 1_000)?;
     check_lease_length(config)?;

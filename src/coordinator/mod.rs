@@ -2,18 +2,20 @@
 //!
 //! It registers each batch (binlog transaction or sweep claim) with the ack tracker,
 //! routes its events to the lane of `hash(biz_key) % queue_count` (starting lanes on
-//! first use), takes the lanes' reports, forwards SENT rows to the status writer,
+//! first use), takes the lanes' reports, forwards SENT rows to the SENT write-back,
 //! drops each batch's share of the in-flight budget once the acknowledged prefix
 //! passes it, publishes the binlog path's progress to the sweep's watermark, and
 //! hands the checkpoint to its writer at most every `checkpoint.interval`. Nothing
 //! else decides the checkpoint. Its loop beats the liveness clock on every turn and
 //! reports a checkpoint that stopped moving while batches are in flight.
 //!
-//! Beside it: the ack tracker (`ack`), which knows the acknowledged prefix, and the
-//! routing function (`route`).
+//! Beside it: the ack tracker (`ack`), which knows the acknowledged prefix, the
+//! routing function (`route`), and the check of the configured topics' routes at the
+//! start of a term (`topics`).
 
 pub(crate) mod ack;
 pub mod route;
+pub(crate) mod topics;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -3,14 +3,14 @@
 //! [`run`] checks the source and opens its connections once, then waits as a standby,
 //! runs one pipeline per leader term (`pipeline`), and waits again when a term is lost.
 //! In poll mode there is no binlog reader and no checkpoint: the sweep alone feeds the
-//! lanes, and the outbox table is the only state. This module only wires: each stage
-//! lives in its own module (`source`, `coordinator`, `lanes`, `rocketmq`, `write_back`,
-//! `checkpoint`, `store`).
+//! lanes, and the outbox table is the only state. This module wires: each stage lives
+//! in its own module (`source`, `coordinator`, `lanes`, `rocketmq`, `write_back`,
+//! `checkpoint`, `store`); besides the wiring it keeps only what a term starts from
+//! (`start`: the checkpoint to resume at) and the leader's database pollers (`gauges`).
 
 mod gauges;
 mod pipeline;
 mod start;
-mod topics;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,7 +41,7 @@ const MINIMAL_ROW_IMAGE: &str = "SET SESSION binlog_row_image = 'MINIMAL'";
 
 /// This process's name in `owner` of the rows it claims: host, pid and start time,
 /// so a restarted relay never mistakes a dead predecessor's leases for its own.
-pub fn process_owner() -> String {
+pub(crate) fn process_owner() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())

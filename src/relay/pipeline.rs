@@ -20,10 +20,10 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::start::{BinlogSource, BinlogStart};
-use super::topics::{self, TopicPin};
 use super::{gauges, ok, Warm};
 use crate::checkpoint::{CheckpointWriter, Mirror};
 use crate::config::Config;
+use crate::coordinator::topics::{self, TopicPin};
 use crate::coordinator::{self, Coordinator, Durable, Inputs, Pins};
 use crate::db::{self, DbError};
 use crate::error::RelayError;
@@ -146,7 +146,7 @@ fn spawn_write_back(run: &TermRun<'_>, fence: &TermFence) -> (WriteBacks, Unwrit
     let (write_backs, queued) = WriteBacks::channel();
     let unwritten = Unwritten::default();
     let misses = Misses { metrics: run.metrics.clone(), unwritten: unwritten.clone() };
-    run.supervisor.spawn("status writer", ok(write_back::run(sent, queued, misses)));
+    run.supervisor.spawn("SENT write-back", ok(write_back::run(sent, queued, misses)));
     (write_backs, unwritten)
 }
 

@@ -99,7 +99,7 @@ impl Producer {
             }
             return Err(PublishError::from_client("start producer", &e));
         }
-        let timeout_millis = u64::try_from(settings.send_timeout.as_millis()).unwrap_or(u64::MAX);
+        let timeout_millis = crate::time::millis(settings.send_timeout);
         Ok(Self { host, producer, group: CheetahString::from_string(settings.group), timeout_millis })
     }
 

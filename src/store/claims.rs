@@ -82,9 +82,10 @@ impl Cutoff {
             Cutoff::Before(unix) => {
                 (format!(" AND {alias}created_at < FROM_UNIXTIME(?)"), vec![Value::from(format!("{unix:.3}"))])
             }
-            Cutoff::OlderThan(age) => {
-                (format!(" AND {alias}created_at < NOW(3) - INTERVAL ? MICROSECOND"), vec![Value::from(micros(*age))])
-            }
+            Cutoff::OlderThan(age) => (
+                format!(" AND {alias}created_at < NOW(3) - INTERVAL ? MICROSECOND"),
+                vec![Value::from(crate::time::micros(*age))],
+            ),
             Cutoff::Listed(ids) if ids.is_empty() => (" AND FALSE".into(), Vec::new()),
             Cutoff::Listed(ids) => (
                 format!(" AND {alias}id IN ({})", placeholders(ids.len())),
@@ -303,7 +304,7 @@ impl ClaimStore {
                 self.fence.join(),
                 placeholders(ids.len())
             );
-            let mut params = vec![Value::from(&self.owner), Value::from(micros(self.lease))];
+            let mut params = vec![Value::from(&self.owner), Value::from(crate::time::micros(self.lease))];
             params.extend(ids.into_iter().map(Value::from));
             tx.exec_drop(sql, Params::Positional(params)).await?;
             if tx.affected_rows() == 0 {
@@ -328,7 +329,7 @@ impl ClaimStore {
         let mut claimed = Vec::with_capacity(candidates.len());
         for row in candidates {
             let id = row_id(&row)?;
-            match conn.exec_drop(&sql, (&self.owner, micros(self.lease), id)).await {
+            match conn.exec_drop(&sql, (&self.owner, crate::time::micros(self.lease), id)).await {
                 Ok(()) if conn.affected_rows() == 1 => claimed.push((id, row)),
                 Ok(()) => {}
                 // Another sweeper is taking this row right now: it is theirs.
@@ -359,7 +360,7 @@ impl ClaimStore {
                 "UPDATE {table} o {fence} SET o.lease_until = NOW(3) + INTERVAL ? MICROSECOND \
                  WHERE o.status = {SENDING} AND o.lease_until IS NULL"
             ),
-            (micros(self.lease),),
+            (crate::time::micros(self.lease),),
         )
         .await?;
         conn.exec_drop(
@@ -424,7 +425,7 @@ impl ClaimStore {
             "o.status = {PENDING}, o.retry_count = o.retry_count + 1, o.next_retry_at = NOW(3) + INTERVAL ? MICROSECOND, \
              o.last_error = ?, o.owner = NULL, o.lease_until = NULL"
         );
-        let values = vec![Value::from(micros(delay)), Value::from(truncate_utf8(reason, LAST_ERROR_MAX))];
+        let values = vec![Value::from(crate::time::micros(delay)), Value::from(truncate_utf8(reason, LAST_ERROR_MAX))];
         self.update_own(rows, &set, values).await
     }
 
@@ -511,10 +512,6 @@ pub fn in_key_order<K: std::hash::Hash + Eq>(locked: &[(u64, K)], visible: &[(u6
         first_skipped.entry(key).or_insert(*id);
     }
     locked.iter().map(|(id, key)| first_skipped.get(key).is_none_or(|skipped| id < skipped)).collect()
-}
-
-fn micros(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

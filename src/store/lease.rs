@@ -118,7 +118,7 @@ impl LeaseStore {
                  WHERE name = ? AND lease_until < NOW(3)",
                 self.table
             ),
-            (holder, micros(lease), &self.name),
+            (holder, crate::time::micros(lease), &self.name),
         )
         .await?;
         Ok((conn.affected_rows() == 1).then(|| conn.last_insert_id()).flatten())
@@ -134,7 +134,7 @@ impl LeaseStore {
                  WHERE name = ? AND term = ? AND lease_until >= NOW(3)",
                 self.table
             ),
-            (micros(lease), &self.name, term),
+            (crate::time::micros(lease), &self.name, term),
         )
         .await?;
         Ok(conn.affected_rows() == 1)
@@ -201,8 +201,4 @@ impl LeaseStore {
         )
         .await
     }
-}
-
-fn micros(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }

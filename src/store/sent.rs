@@ -117,7 +117,7 @@ impl SentConn {
                     Value::from(r.id),
                     Value::from(r.event_id.as_str()),
                     Value::from(r.msg_id.as_str()),
-                    Value::from(unix_millis(r.at)),
+                    Value::from(rounded_millis(r.at)),
                 ]
             })
             .collect();
@@ -153,7 +153,7 @@ impl SentStatement {
 /// Milliseconds since the epoch, rounded to the nearest (the column's precision). The
 /// SQL multiplies by the decimal 0.001, which is exact whatever the server's division
 /// settings, unlike a double.
-fn unix_millis(at: SystemTime) -> u64 {
+fn rounded_millis(at: SystemTime) -> u64 {
     crate::time::unix_micros(at).saturating_add(500) / 1000
 }
 
@@ -166,8 +166,8 @@ mod tests {
     #[test]
     fn sent_at_is_rounded_to_the_nearest_millisecond() {
         let at = |micros| UNIX_EPOCH + Duration::from_micros(micros);
-        assert_eq!(unix_millis(at(1_796_121_005_123_499)), 1_796_121_005_123);
-        assert_eq!(unix_millis(at(1_796_121_005_123_500)), 1_796_121_005_124);
-        assert_eq!(unix_millis(at(1_796_121_005_999_700)), 1_796_121_006_000);
+        assert_eq!(rounded_millis(at(1_796_121_005_123_499)), 1_796_121_005_123);
+        assert_eq!(rounded_millis(at(1_796_121_005_123_500)), 1_796_121_005_124);
+        assert_eq!(rounded_millis(at(1_796_121_005_999_700)), 1_796_121_006_000);
     }
 }

@@ -32,6 +32,8 @@ use crate::fault::{self, SentWriteFault};
 use crate::metrics::{RelayMetrics, WriteMiss};
 use crate::store::{Sent, SentConn, SentStore, IDS_LOGGED};
 
+/// How a failed batch is tried again, up to [`ATTEMPTS`] times.
+const RETRY: Backoff = Backoff { initial: Duration::from_millis(100), max: Duration::from_secs(2) };
 /// Most rows in one UPDATE.
 const MAX_BATCH: usize = 1_000;
 /// Attempts per batch before it is left to the sweep.
@@ -137,7 +139,7 @@ impl Writes {
 /// answers each flush once every write before it has finished. A write that panics ends
 /// it at once, with that panic.
 pub async fn run(store: SentStore, mut input: mpsc::Receiver<WriteBack>, misses: Misses) {
-    let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    let backoff = RETRY;
     let mut idle: Vec<Slot> = (0..CONCURRENT).map(|_| None).collect();
     let mut writes = Writes { running: JoinSet::new(), batches: HashMap::new(), misses };
     loop {

@@ -78,6 +78,9 @@ impl SweepSettings {
     }
 }
 
+/// How a full sweep tries the database again while it fails.
+const FULL_SWEEP_RETRY: Backoff = Backoff { initial: Duration::from_millis(200), max: Duration::from_secs(10) };
+
 /// Full sweeps asked for and not yet begun: the binlog path asks for one at a time.
 const QUEUED_FULL_SWEEPS: usize = 4;
 
@@ -384,7 +387,7 @@ impl Sweeper {
     /// Sweeps every row created before now, retrying the database until it is done.
     async fn full_sweep(&self, request: FullSweep) {
         tracing::warn!(reason = %request.reason, "full sweep: every PENDING row committed so far is claimed and sent");
-        let backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+        let backoff = FULL_SWEEP_RETRY;
         let mut failures = 0u32;
         self.settle_write_backs().await;
         loop {

@@ -19,7 +19,7 @@ use crate::rocketmq::{PublishError, Publisher, QueueLayout, Resolved};
 /// the NameServer itself is), so it is never a reason to exit: readiness names it,
 /// and the coordinator holds the topic's events until it has one. A broker of the
 /// pinned layout that is down holds only its own queues (its lanes report it).
-pub(super) async fn routed(
+pub(crate) async fn routed(
     publisher: &Publisher,
     topic: &str,
     pin: &TopicPin,
@@ -29,7 +29,7 @@ pub(super) async fn routed(
     match publisher.resolve(topic, pin.layout.as_ref(), Some(count)).await {
         Ok(Resolved::Ready { down, layout }) => {
             health.clear(&Part::Route(topic.to_owned()));
-            crate::coordinator::warn_brokers_down(topic, &layout, &down);
+            super::warn_brokers_down(topic, &layout, &down);
             Ok(true)
         }
         Ok(Resolved::Incomplete { live, pinned }) => {
@@ -50,13 +50,13 @@ pub(super) async fn routed(
 
 /// What is pinned for a configured topic: its count, and its layout once known.
 #[derive(Clone)]
-pub(super) struct TopicPin {
+pub(crate) struct TopicPin {
     pub count: u32,
     pub layout: Option<QueueLayout>,
 }
 
 /// Runs `task` until it ends or `stop` is cancelled.
-pub(super) async fn until_stopped(
+pub(crate) async fn until_stopped(
     task: impl std::future::Future<Output = Result<(), RelayError>>,
     stop: CancellationToken,
 ) -> Result<(), RelayError> {
@@ -68,7 +68,7 @@ pub(super) async fn until_stopped(
 
 /// Re-checks a configured topic without a route until it has one, so readiness turns
 /// green again even when none of its events arrives meanwhile.
-pub(super) async fn watch(
+pub(crate) async fn watch(
     publisher: Arc<Publisher>,
     topic: String,
     pin: TopicPin,
