@@ -6,18 +6,20 @@
 //! | 1 | a bug: a task panicked, or an unexpected internal error | read the log line, file a bug; restarting is safe |
 //! | 2 | bad configuration or usage | fix the key the message names |
 //! | 3 | a dependency is unreachable (database, broker) | start it / fix the address; restarting is safe |
-//! | 4 | the environment is wrong (credentials, database name, MySQL settings, privileges, table, a changed pinned queue count; a missing topic for `check` and `admin` only), or `check` found a FAIL | fix what the message names; restarting before that cannot help |
+//! | 4 | the environment is wrong (credentials, database name, MySQL settings, privileges, table (or its partitioning, for `migrate`), a changed pinned queue count; a missing topic for `check` and `admin` only), or `check` found a FAIL | fix what the message names; restarting before that cannot help |
 //! | 5 | the local checkpoint is unreadable | move the checkpoint directory aside (the message says what follows) |
 //! | 6 | a second SIGTERM / Ctrl-C during the drain: stopped at once | nothing: the next leader resumes from the last checkpoint (duplicates at most, no loss) |
-//! | 7 | `reconcile` found differences between the outbox and the consumer's dedup table | look into the events it lists |
+//! | 7 | `reconcile` found differences between the outbox and the consumer's dedup table, or `verify` found SENT rows the broker does not have | look into the events or rows it lists |
 
 use crate::config::ConfigError;
 use crate::db::DbError;
 use crate::error::RelayError;
 use crate::ops::position::PositionError;
 use crate::ops::reconcile::{DifferencesFound, WindowError};
+use crate::ops::verify::NotOnBroker;
 use crate::rocketmq::PublishError;
 use crate::source::binlog::PreflightError;
+use crate::store::PartitionRefused;
 
 /// The classes of exit, each with its code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +33,7 @@ pub enum ExitClass {
     Checkpoint = 5,
     /// A second stop signal cut the drain short.
     Interrupted = 6,
-    /// `reconcile` ran and found events on one side only.
+    /// `reconcile` found events on one side only, or `verify` SENT rows not on the broker.
     Differences = 7,
 }
 
@@ -63,8 +65,11 @@ fn direct_class(e: &(dyn std::error::Error + 'static)) -> Option<ExitClass> {
     if e.is::<ConfigError>() || e.is::<WindowError>() {
         return Some(ExitClass::Config);
     }
-    if e.is::<DifferencesFound>() {
+    if e.is::<DifferencesFound>() || e.is::<NotOnBroker>() {
         return Some(ExitClass::Differences);
+    }
+    if e.is::<PartitionRefused>() {
+        return Some(ExitClass::Environment);
     }
     if let Some(position) = e.downcast_ref::<PositionError>() {
         return Some(position_class(position));

@@ -484,3 +484,29 @@ async fn dedup_cleanup_deletes_only_rows_older_than_the_retention() {
     let left: Vec<String> = conn.query("SELECT event_id FROM event_dedup").await.expect("select");
     assert_eq!(left, ["new-1"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_group_gives_up_on_moves_its_dead_letter_gauge() {
+    let kit = Kit::new().await;
+    let metrics = ConsumerMetrics::default();
+    let group = unique("benefits");
+    let always_failing = Benefits { fail_first: usize::MAX, ..Benefits::new() };
+    let consumer = Arc::new(
+        IdempotentConsumer::new(kit.pool.clone(), always_failing, DedupKey::EventId, metrics.clone())
+            .with_consumption(Consumption::Concurrent)
+            .with_dead_letter_after(1),
+    );
+    let since = StartFrom::Since(chrono::Local::now() - chrono::Duration::seconds(60));
+    let subscription = consumer.subscribe(&kit.stack.namesrv, &group, &kit.topic, since).await.expect("subscribe");
+    let dead_letters = metrics.dead_letters_of(&group);
+    assert_eq!(dead_letters.get(), 0, "no dead letter before the first event");
+
+    kit.publish(&unique("ev"), 1, "").await;
+    eventually("the event given up on, in the group's dead-letter topic", Duration::from_secs(90), || async {
+        (dead_letters.get() >= 1).then_some(())
+    })
+    .await;
+    assert!(metrics.retries.get() >= 2, "handed back at least twice before the dead-letter topic");
+    assert_eq!(metrics.processed.get(), 0);
+    subscription.shutdown().await;
+}

@@ -14,7 +14,7 @@ use mysql_async::prelude::Queryable;
 use outbox_kit::OutboxTable;
 use outbox_relay::event::OutboxEvent;
 use outbox_relay::rocketmq::{Producer, ProducerSettings};
-use outbox_relay::store::migrate;
+use outbox_relay::store::{migrate, PartitionPlan};
 
 async fn fresh_outbox(stack: &Stack) -> (mysql_async::Pool, OutboxTable) {
     let pool = stack.root_pool().await;
@@ -25,7 +25,7 @@ async fn fresh_outbox(stack: &Stack) -> (mysql_async::Pool, OutboxTable) {
         .query_drop(format!("CREATE DATABASE `{}`", outbox.schema))
         .await
         .expect("create db");
-    migrate(&pool, &outbox).await.expect("migrate");
+    migrate(&pool, &outbox, PartitionPlan::AsItIs).await.expect("migrate");
     (pool, outbox)
 }
 
@@ -60,7 +60,7 @@ async fn committed_outbox_row_reads_back_and_rolled_back_row_does_not_exist() {
 async fn migrate_twice_is_a_no_op_and_upgrades_a_seed_shaped_table() {
     let stack = Stack::from_env();
     let (pool, outbox) = fresh_outbox(&stack).await;
-    let again = migrate(&pool, &outbox).await.expect("second migrate");
+    let again = migrate(&pool, &outbox, PartitionPlan::AsItIs).await.expect("second migrate");
     assert_eq!(again, Default::default(), "second migrate changes nothing");
 
     // A table created with the seed's DDL alone gets the relay's extra columns.
@@ -76,7 +76,7 @@ async fn migrate_twice_is_a_no_op_and_upgrades_a_seed_shaped_table() {
     ))
     .await
     .expect("seed table");
-    let report = migrate(&pool, &seed).await.expect("migrate seed table");
+    let report = migrate(&pool, &seed, PartitionPlan::AsItIs).await.expect("migrate seed table");
     assert_eq!(report.added, ["owner", "msg_id", "sent_at", "last_error", "idx_claim", "idx_key_order"]);
 }
 
@@ -135,7 +135,7 @@ async fn migrations_run_at_once_on_a_new_schema_all_succeed() {
     // As when several relays (or test binaries) migrate one new database together.
     let runs = (0..4).map(|i| {
         let (pool, outbox) = (pool.clone(), OutboxTable { schema: schema.clone(), table: format!("outbox_{i}") });
-        tokio::spawn(async move { migrate(&pool, &outbox).await })
+        tokio::spawn(async move { migrate(&pool, &outbox, PartitionPlan::AsItIs).await })
     });
     for run in futures_util::future::join_all(runs).await {
         run.expect("task").expect("every parallel migrate succeeds");

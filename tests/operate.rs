@@ -9,10 +9,10 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
+use common::command::{cli, cli_with, stdout};
 use common::events::{consumed_all, Events};
 use common::load::Load;
 use common::outbox::TestOutbox;
@@ -22,33 +22,6 @@ use common::{eventually, unique, Stack, TEST_TOPIC};
 use mysql_async::prelude::Queryable;
 use outbox_kit::RowStatus;
 use outbox_relay::config::DbUrl;
-
-/// Runs `outbox-relay ARGS --config config/relay.toml` on `outbox`'s table; it must succeed.
-fn cli(stack: &Stack, outbox: &TestOutbox, args: &[&str]) -> Output {
-    let output = cli_with(stack, outbox, &[], args);
-    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    output
-}
-
-/// Runs `outbox-relay ARGS --config config/relay.toml` on `outbox`'s table with the
-/// variables `env` besides; whatever its exit.
-fn cli_with(stack: &Stack, outbox: &TestOutbox, env: &[(&str, String)], args: &[&str]) -> Output {
-    let config = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/config/relay.toml"));
-    Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .env("OUTBOX_RELAY__PRIMARY__URL", &stack.writer_url)
-        .env("OUTBOX_RELAY__OUTBOX__TABLE", outbox.name())
-        .env("NO_COLOR", "1")
-        .envs(env.iter().map(|(key, value)| (*key, value)))
-        .output()
-        .expect("run outbox-relay")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
 
 /// A relay whose sweep picks up requeued rows within about a second.
 fn quick_sweep(outbox: &TestOutbox) -> RelayOptions {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use outbox_relay::config::LogFormat;
+use outbox_relay::config::{LogFormat, PartitionPeriod};
 use outbox_relay::ops::position;
 use outbox_relay::ops::reconcile::{DedupTable, UtcTime};
 
@@ -39,6 +39,15 @@ pub enum Command {
         /// it connects with primary.tls.
         #[arg(long)]
         admin_url: Option<String>,
+        /// Partition the outbox table by created_at (daily, hourly; minutely for tests);
+        /// defaults to outbox.partition. A new table is created partitioned; a
+        /// partitioned one gets its partitions ahead.
+        #[arg(long)]
+        partition: Option<PartitionPeriod>,
+        /// Convert an existing unpartitioned outbox table in place (the server copies
+        /// the table while writes to it wait; see docs/operations.md).
+        #[arg(long)]
+        convert: bool,
     },
     /// Print the effective configuration (file + environment), passwords redacted.
     Config,
@@ -89,6 +98,13 @@ pub enum OperatorCommand {
         pace_ms: u64,
         #[command(flatten)]
         by: ByWhom,
+    },
+    /// Look a sample of recent SENT rows up on the broker, by event_id and msg_id;
+    /// lists those the broker does not have (reads only; exit 7 when there are any).
+    Verify {
+        /// Rows to check, drawn at random from the newest 10 times as many SENT rows.
+        #[arg(long, default_value_t = 100)]
+        sample: usize,
     },
     /// Compare SENT outbox rows with the consumer kit's dedup table in a time window;
     /// lists events on one side only (reads only; exit 7 when there are any).

@@ -1,6 +1,6 @@
 //! The operator commands of the `outbox-relay` binary: `status` (the database's view
 //! and, from its HTTP endpoint, the local relay's lags and problems), `failed list`,
-//! `requeue`, `skip`, `cleanup`, `reconcile`, `position show`/`set` and `check`, over
+//! `requeue`, `skip`, `cleanup`, `reconcile`, `verify`, `position show`/`set` and `check`, over
 //! the library's `ops`. Human output by default (aligned columns), `--json` for
 //! scripts; every change needs `--operator` and `--reason`, which go into its audit
 //! row, and `--dry-run` shows what would change.
@@ -15,6 +15,8 @@ use outbox_relay::ops::position::{LocalOutcome, LocalState, NewPosition, Positio
 use outbox_relay::ops::probe::{self, InstanceView};
 use outbox_relay::ops::reconcile::{DedupTable, Differences, Reconcile, Side, Window};
 use outbox_relay::ops::report::{status_report, LeaderReport, PositionReport, StatusReport};
+use outbox_relay::ops::verify;
+use outbox_relay::rocketmq::{Producer, ProducerSettings};
 use outbox_relay::store::LeaseStore;
 
 use super::args::{ByWhom, FailedCommand, OperatorCommand, PositionCommand, ReconcileArgs};
@@ -116,6 +118,7 @@ pub async fn run(config: &Config, command: OperatorCommand, json: bool) -> anyho
                 Ok(())
             }
             OperatorCommand::Reconcile(args) => reconcile(config, &pool, args, json).await,
+            OperatorCommand::Verify { sample } => verify_on_broker(config, &pool, sample, json).await,
             OperatorCommand::Position(PositionCommand::Show) => {
                 let positions = Positions::new(config, config.outbox_table(), pool.clone());
                 let view = positions.show().await.with_context(|| {
@@ -199,6 +202,45 @@ async fn reconcile(config: &Config, pool: &Pool, args: ReconcileArgs, json: bool
         print_differences(&found, &outbox.qualified(), &dedup);
     }
     Ok(found.verdict()?)
+}
+
+/// `verify`: samples SENT rows, looks them up on the broker, prints the missing ones
+/// and fails with the differences' exit code when there are any.
+async fn verify_on_broker(config: &Config, pool: &Pool, sample: usize, json: bool) -> anyhow::Result<()> {
+    let table = config.outbox_table();
+    let rows = verify::sample(pool, &table, sample, 0)
+        .await
+        .map_err(|e| db::DbError::query("primary", &config.primary.url, e))
+        .with_context(|| format!("sampling SENT rows of {}", table.qualified()))?;
+    let mq = &config.rocketmq;
+    let settings = ProducerSettings {
+        namesrv: mq.namesrv.clone(),
+        group: format!("{}-verify", mq.producer_group),
+        send_timeout: std::time::Duration::from_millis(mq.send_timeout_ms),
+    };
+    let producer = Producer::start_with(settings, mq.acl().as_ref()).await?;
+    let verified = verify::check(&producer, rows).await;
+    producer.shutdown().await;
+    let verified = verified.with_context(|| format!("looking SENT rows up on the broker via {}", mq.namesrv))?;
+    if json {
+        println!("{}", serde_json::to_string(&verified)?);
+    } else {
+        println!("checked {} SENT rows on the broker: {} missing", verified.checked, verified.missing.len());
+        let rows = verified.missing.iter().map(|m| {
+            let found = if m.found_msg_ids.is_empty() { "no message".to_owned() } else { m.found_msg_ids.join(",") };
+            vec![
+                m.row.id.to_string(),
+                m.row.event_id.clone(),
+                m.row.topic.clone(),
+                m.row.msg_id.clone().unwrap_or_default(),
+                found,
+            ]
+        });
+        if !verified.missing.is_empty() {
+            print_table(&["id", "event_id", "topic", "msg_id", "on the broker"], rows.collect());
+        }
+    }
+    Ok(verified.verdict()?)
 }
 
 fn print_differences(found: &Differences, outbox: &str, dedup: &DedupTable) {

@@ -53,7 +53,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Run => serve::run(&load()?),
         Command::Config => setup::print_config(&load()?),
-        Command::Migrate { admin_url } => runtime()?.block_on(setup::migrate(&load()?, admin_url)),
+        Command::Migrate { admin_url, partition, convert } => {
+            runtime()?.block_on(setup::migrate(&load()?, admin_url, partition, convert))
+        }
         Command::Check => runtime()?.block_on(commands::check(&load()?, json)),
         Command::Operator(command) => runtime()?.block_on(commands::run(&load()?, command, json)),
     }

@@ -1,8 +1,9 @@
 //! The commands that set things up: `migrate`, `config` and the broker's `admin`.
 
 use anyhow::Context;
-use outbox_relay::config::{Config, DbUrl};
+use outbox_relay::config::{Config, ConfigError, DbUrl, PartitionPeriod};
 use outbox_relay::ops::admin;
+use outbox_relay::store::{MigrateError, PartitionPlan};
 use outbox_relay::{db, store};
 
 use super::args::AdminCommand;
@@ -12,16 +13,44 @@ pub fn print_config(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn migrate(config: &Config, admin_url: Option<String>) -> anyhow::Result<()> {
+pub async fn migrate(
+    config: &Config,
+    admin_url: Option<String>,
+    partition: Option<PartitionPeriod>,
+    convert: bool,
+) -> anyhow::Result<()> {
+    let plan = match (partition.or(config.outbox.partition), convert) {
+        (None, false) => PartitionPlan::AsItIs,
+        (None, true) => anyhow::bail!(ConfigError::Invalid {
+            key: "--convert".to_owned(),
+            message: "needs a period: give --partition daily|hourly, or set outbox.partition".to_owned(),
+        }),
+        (Some(period), false) => PartitionPlan::Partitioned(period),
+        (Some(period), true) => PartitionPlan::Convert(period),
+    };
     let url = admin_url.map_or_else(|| config.primary.url.clone(), DbUrl::new);
     let pool = db::connect_with("primary", &url, &config.primary.tls, 1, &[]).await?;
     let outbox = config.outbox_table();
-    let report =
-        store::migrate(&pool, &outbox).await.map_err(|e| db::DbError::query("primary", &url, e)).with_context(
-            || format!("migrating {} failed (the user needs CREATE and ALTER; see --admin-url)", outbox.qualified()),
-        )?;
-    tracing::info!(outbox_created = report.outbox_created, applied = ?report.applied, added = ?report.added, table = %outbox.qualified(), "migrate finished");
+    let migrated = store::migrate(&pool, &outbox, plan).await;
     pool.disconnect().await.ok();
+    let report = match migrated {
+        Ok(report) => report,
+        Err(MigrateError::Refused(refused)) => return Err(refused.into()),
+        Err(MigrateError::Db(e)) => {
+            return Err(db::DbError::query("primary", &url, e)).with_context(|| {
+                format!("migrating {} failed (the user needs CREATE and ALTER; see --admin-url)", outbox.qualified())
+            })
+        }
+    };
+    tracing::info!(
+        outbox_created = report.outbox_created,
+        applied = ?report.applied,
+        added = ?report.added,
+        converted = report.converted,
+        partitions_added = report.partitions_added,
+        table = %outbox.qualified(),
+        "migrate finished"
+    );
     Ok(())
 }
 

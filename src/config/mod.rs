@@ -10,7 +10,9 @@
 
 mod claim;
 mod db_url;
+mod dedup_table;
 mod load;
+mod partition;
 mod secret;
 mod tls;
 mod validate;
@@ -28,7 +30,9 @@ use crate::backoff::Backoff;
 
 pub use claim::ClaimMethod;
 pub use db_url::DbUrl;
+pub use dedup_table::DedupTable;
 pub use load::{load, load_from_str, ConfigError, ENV_PREFIX};
+pub use partition::PartitionPeriod;
 pub use secret::Secret;
 pub use tls::{TlsConfig, TlsMode};
 
@@ -75,6 +79,10 @@ pub struct Config {
     pub leader: LeaderConfig,
     #[serde(default)]
     pub cleanup: CleanupConfig,
+    #[serde(default)]
+    pub verify: VerifyConfig,
+    #[serde(default)]
+    pub reconcile: ReconcileConfig,
     pub checkpoint: CheckpointConfig,
     #[serde(default)]
     pub http: HttpConfig,
@@ -134,6 +142,10 @@ pub struct OutboxConfig {
     /// Schema (database) of the outbox table; defaults to the primary URL's database.
     pub schema: Option<String>,
     pub table: String,
+    /// Partition the table by `created_at` (`daily`, `hourly`; `minutely` for tests):
+    /// what `migrate` creates, and what `check` expects. The leader keeps partitions
+    /// ahead and, with `[cleanup]` scheduled, drops expired ones instead of deleting rows.
+    pub partition: Option<PartitionPeriod>,
 }
 
 /// One topic the relay publishes to, with its pinned queue count.
@@ -251,7 +263,8 @@ pub struct LeaderConfig {
 }
 
 /// Deleting SENT rows past their retention, on a schedule inside the leader (the
-/// `cleanup` command does the same by hand). Off unless `interval_ms` is set.
+/// `cleanup` command does the same by hand). Off unless `interval_ms` is set. On a
+/// partitioned outbox the leader drops whole expired partitions instead.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CleanupConfig {
@@ -263,6 +276,36 @@ pub struct CleanupConfig {
     pub batch: usize,
     /// Pause between batches, so the primary and its replicas keep up.
     pub pace_ms: u64,
+}
+
+/// The leader's sampler of SENT rows looked up on the broker (`outbox-relay verify`
+/// does the same by hand).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VerifyConfig {
+    /// How often the leader checks a sample of the rows sent since its last check; 0 never.
+    pub interval_ms: u64,
+    /// Rows per check (each is one key-index query to the broker).
+    pub sample: usize,
+}
+
+/// The leader's reconciliation, hour by hour and topic by topic: events created vs
+/// SENT and, with a consumer's dedup table, SENT vs processed; written to the table
+/// `outbox_relay_reconciliation` and exported as metrics. It only reads.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReconcileConfig {
+    /// How often the leader reconciles; 0 never.
+    pub interval_ms: u64,
+    /// Rows younger than this are still on their way and are not counted yet.
+    pub settle_secs: u64,
+    /// How far back each run counts, from the start of that hour.
+    pub lookback_secs: u64,
+    /// The consumer kit's dedup table (`event_dedup`, or `schema.event_dedup`); unset:
+    /// created vs SENT only.
+    pub consumer_table: Option<DedupTable>,
+    /// The consumer's database, when the dedup table is not on the primary.
+    pub consumer_url: Option<DbUrl>,
 }
 
 /// The local RocksDB checkpoint.
@@ -372,7 +415,7 @@ impl RetryConfig {
 
 impl Default for OutboxConfig {
     fn default() -> Self {
-        Self { schema: None, table: defaults::table() }
+        Self { schema: None, table: defaults::table(), partition: None }
     }
 }
 
@@ -415,6 +458,24 @@ impl Default for LeaderConfig {
 impl Default for CleanupConfig {
     fn default() -> Self {
         Self { interval_ms: 0, retention_secs: 7 * 86_400, batch: 1_000, pace_ms: 50 }
+    }
+}
+
+impl Default for ReconcileConfig {
+    fn default() -> Self {
+        Self {
+            interval_ms: 3_600_000,
+            settle_secs: 300,
+            lookback_secs: 7_200,
+            consumer_table: None,
+            consumer_url: None,
+        }
+    }
+}
+
+impl Default for VerifyConfig {
+    fn default() -> Self {
+        Self { interval_ms: 600_000, sample: 20 }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Semantic checks that types alone cannot express (ranges, URL shapes, names).
 
-use super::{CleanupConfig, Config, ConfigError, DbUrl, Mode, SourceConfig};
+use super::{CleanupConfig, Config, ConfigError, DbUrl, Mode, ReconcileConfig, SourceConfig, VerifyConfig};
 
 /// Checks every value the relay relies on; the first problem is returned.
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
@@ -41,6 +41,8 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     at_least("checkpoint.interval_ms", config.checkpoint.interval_ms, 1)?;
     at_least("runtime.worker_threads", config.runtime.worker_threads as u64, 1)?;
     check_cleanup(&config.cleanup)?;
+    check_verify(&config.verify)?;
+    check_reconcile(&config.reconcile)?;
     if config.checkpoint.path.as_os_str().is_empty() {
         return Err(ConfigError::invalid("checkpoint.path", "\"\"", "a directory path for the RocksDB checkpoint"));
     }
@@ -165,6 +167,34 @@ fn at_most(key: &str, value: u64, max: u64) -> Result<(), ConfigError> {
     } else {
         Err(ConfigError::invalid(key, value, &format!("at most {max}")))
     }
+}
+
+/// A reconciliation reads the lookback's rows: at most once a second, over at least
+/// an hour (its buckets are hours).
+fn check_reconcile(reconcile: &ReconcileConfig) -> Result<(), ConfigError> {
+    if reconcile.interval_ms == 0 {
+        return Ok(());
+    }
+    at_least("reconcile.interval_ms", reconcile.interval_ms, 1_000)?;
+    at_least("reconcile.lookback_secs", reconcile.lookback_secs, 3_600)?;
+    if reconcile.consumer_url.is_some() && reconcile.consumer_table.is_none() {
+        return Err(ConfigError::Invalid {
+            key: "reconcile.consumer_url".to_owned(),
+            message: "is set without reconcile.consumer_table: name the consumer kit's dedup table (e.g. event_dedup)"
+                .to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// A scheduled sample is a few key-index queries, at most once a second.
+fn check_verify(verify: &VerifyConfig) -> Result<(), ConfigError> {
+    if verify.interval_ms == 0 {
+        return Ok(());
+    }
+    at_least("verify.interval_ms", verify.interval_ms, 1_000)?;
+    at_least("verify.sample", verify.sample as u64, 1)?;
+    at_most("verify.sample", verify.sample as u64, 1_000)
 }
 
 /// A scheduled cleanup deletes in batches a statement can name, and runs at most

@@ -13,6 +13,7 @@ mod histogram;
 mod labels;
 mod lag;
 pub mod process;
+mod upkeep;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -31,6 +32,7 @@ use labels::{
 };
 pub use labels::{FailReason, Path, SendStatus, WriteMiss};
 pub use lag::{Ages, LagClocks};
+pub use upkeep::UpkeepMetrics;
 
 /// A count as a gauge's value; a count past `i64` reads as its largest.
 pub fn gauge_value(count: impl TryInto<i64>) -> i64 {
@@ -86,6 +88,7 @@ pub struct RelayMetrics {
     pub binlog_behind_bytes: FloatGauge,
     /// The points in time the lag gauges are computed from.
     pub lag: Arc<LagClocks>,
+    pub upkeep: UpkeepMetrics,
 }
 
 impl RelayMetrics {
@@ -137,6 +140,7 @@ impl RelayMetrics {
             source_replica_lag_seconds: FloatGauge::default(),
             binlog_behind_bytes: FloatGauge::default(),
             lag: Arc::default(),
+            upkeep: UpkeepMetrics::default(),
         }
     }
 
@@ -242,6 +246,7 @@ impl RelayMetrics {
             self.in_flight_transactions.clone(),
         );
         self.describe_lags(registry);
+        self.upkeep.describe(registry);
     }
 
     fn describe_lags(&self, registry: &mut Registry) {
@@ -357,6 +362,7 @@ impl RelayMetrics {
         self.outbox_rows.clear();
         self.lane_inflight.clear();
         self.broker_held_lanes.clear();
+        self.upkeep.stand_down();
     }
 }
 

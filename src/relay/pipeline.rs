@@ -31,8 +31,9 @@ use crate::health::Health;
 use crate::lanes::{HeldKeys, Recorder};
 use crate::leader::Term;
 use crate::metrics::RelayMetrics;
-use crate::ops::cleanup;
-use crate::ops::manual::Manual;
+use crate::ops::reconcile::hourly::Hourly;
+use crate::ops::retention::Retention;
+use crate::ops::verify;
 use crate::rocketmq::QueueLayout;
 use crate::source::binlog::{Reader, ReaderLinks, ReaderSettings};
 use crate::source::sweep::{self, FullSweep, SweepLinks, SweepSettings, Sweeper, Watermark};
@@ -150,16 +151,42 @@ fn spawn_write_back(run: &TermRun<'_>, fence: &TermFence) -> (WriteBacks, Unwrit
     (write_backs, unwritten)
 }
 
-/// Starts the leader's side jobs: the outbox gauges and the scheduled cleanup.
+/// Starts the leader's side jobs: the outbox gauges, the table's retention, the
+/// sampler of SENT rows on the broker and the hourly reconciliation.
 fn spawn_side_jobs(run: &TermRun<'_>, status: &StatusStore, fence: &TermFence) {
     let stop = run.supervisor.stop_token();
     let watching = gauges::watch_outbox(status.clone(), run.metrics.clone(), stop.clone());
     run.supervisor.spawn("outbox gauges", ok(watching));
-    if run.config.cleanup.interval_ms > 0 {
-        let manual = Manual::fenced(run.warm.primary.clone(), run.warm.outbox.clone(), fence.clone());
-        let instance = run.claims.owner().to_owned();
-        let cleaning = cleanup::run_scheduled(manual, run.config.cleanup.clone(), instance, stop);
-        run.supervisor.spawn("scheduled cleanup", ok(cleaning));
+    let retention = Retention {
+        primary: run.warm.primary.clone(),
+        outbox: run.warm.outbox.clone(),
+        fence: fence.clone(),
+        instance: run.claims.owner().to_owned(),
+        cleanup: run.config.cleanup.clone(),
+        expected: run.config.outbox.partition,
+        metrics: run.metrics.upkeep.clone(),
+    };
+    run.supervisor.spawn("outbox retention", ok(retention.run(stop.clone())));
+    if run.config.verify.interval_ms > 0 {
+        let sampling = verify::run_scheduled(
+            run.warm.primary.clone(),
+            run.warm.outbox.clone(),
+            Arc::clone(&run.warm.publisher),
+            run.config.verify.clone(),
+            run.metrics.upkeep.clone(),
+            stop.clone(),
+        );
+        run.supervisor.spawn("SENT-on-broker sampler", ok(sampling));
+    }
+    if run.config.reconcile.interval_ms > 0 {
+        let hourly = Hourly {
+            primary: run.warm.primary.clone(),
+            outbox: run.warm.outbox.clone(),
+            settings: run.config.reconcile.clone(),
+            tls: run.config.primary.tls.clone(),
+            metrics: run.metrics.upkeep.clone(),
+        };
+        run.supervisor.spawn("hourly reconciliation", ok(hourly.run(stop)));
     }
 }
 

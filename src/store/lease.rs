@@ -47,6 +47,16 @@ impl TermFence {
         )
     }
 
+    /// The lease table, for a LOCK TABLES that must cover it.
+    pub(crate) fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// A `SELECT` of 1 while `term` is current, of 0 after it ended.
+    pub(crate) fn current_sql(&self) -> String {
+        format!("SELECT COUNT(*) FROM {} WHERE name = '{}' AND term = {}", self.table, self.name, self.term)
+    }
+
     /// A `FROM ... WHERE` that yields one row only while `term` is current, for
     /// `INSERT ... SELECT`. It reads the lease row with a shared lock whatever the
     /// session's isolation level (READ COMMITTED alone would read it unlocked): a

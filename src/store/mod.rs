@@ -7,6 +7,7 @@
 mod claims;
 mod clock;
 mod lease;
+pub mod partitions;
 mod schema;
 mod sent;
 mod status;
@@ -14,7 +15,10 @@ mod status;
 pub(crate) use claims::KeyUpTo;
 pub use claims::{ClaimStore, Claimed, Cutoff, Malformed};
 pub use lease::{LeaseHolder, LeaseStore, TermFence};
-pub use schema::{check_migrated, has_index, migrate, MigrationReport, NotMigrated, CLAIM_INDEX, KEY_ORDER_INDEX};
+pub use schema::{
+    check_migrated, has_index, migrate, MigrateError, MigrationReport, NotMigrated, PartitionPlan, PartitionRefused,
+    CLAIM_INDEX, KEY_ORDER_INDEX,
+};
 pub use sent::{Sent, SentConn, SentStore};
 pub use status::{Backlog, StatusStore};
 

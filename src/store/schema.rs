@@ -6,11 +6,16 @@
 //! absent; one that already exists in the classic outbox shape (without `owner`, `msg_id`,
 //! `sent_at`, `last_error`, `idx_claim`) gets what is missing added, because teams
 //! adopt the relay on tables they already have.
+//! The outbox table may be partitioned by `created_at` (see `partitions`): created so,
+//! or an existing table converted when asked, never behind the operator's back.
 //! The DDL runs on MariaDB 10.6+ and MySQL 8.0+ (both have SKIP LOCKED).
 
 use mysql_async::prelude::Queryable;
-use mysql_async::Pool;
+use mysql_async::{Conn, Pool};
 use outbox_kit::OutboxTable;
+
+use super::partitions::{self, Partitioning, TooManyPartitions};
+use crate::config::PartitionPeriod;
 
 /// What `migrate` did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -19,11 +24,16 @@ pub struct MigrationReport {
     pub applied: Vec<&'static str>,
     /// Columns and indexes added to an existing outbox table.
     pub added: Vec<&'static str>,
+    /// An existing unpartitioned outbox table was converted to partitions.
+    pub converted: bool,
+    /// Partitions added ahead to an existing partitioned table.
+    pub partitions_added: usize,
 }
 
-/// The outbox table: the classic outbox columns plus `owner`, `msg_id`, `sent_at`, `last_error`.
+/// The outbox table: the classic outbox columns plus `owner`, `msg_id`, `sent_at`,
+/// `last_error`. `{keys}` is [`PLAIN_KEYS`] or [`PARTITIONED_KEYS`].
 const OUTBOX_DDL: &str = "CREATE TABLE IF NOT EXISTS {outbox} (
-  id            BIGINT PRIMARY KEY AUTO_INCREMENT,
+  id            BIGINT        NOT NULL AUTO_INCREMENT,
   event_id      VARCHAR(64)   NOT NULL,
   biz_key       VARCHAR(64)   NOT NULL,
   topic         VARCHAR(128)  NOT NULL,
@@ -37,11 +47,18 @@ const OUTBOX_DDL: &str = "CREATE TABLE IF NOT EXISTS {outbox} (
   sent_at       DATETIME(3)   NULL,
   last_error    VARCHAR(1024) NULL,
   created_at    DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
-  UNIQUE KEY uk_event_id (event_id),
+  {keys},
   KEY idx_pending (status, next_retry_at),
   KEY idx_claim (status, id, next_retry_at),
   KEY idx_key_order (biz_key, status, id)
 ) ENGINE=InnoDB";
+
+const PLAIN_KEYS: &str = "PRIMARY KEY (id),\n  UNIQUE KEY uk_event_id (event_id)";
+
+/// Every unique key of a partitioned table must hold the partitioning column, so the
+/// primary key is `(id, created_at)` (ids stay unique: they come from AUTO_INCREMENT)
+/// and `event_id` is indexed but no longer unique in the database.
+const PARTITIONED_KEYS: &str = "PRIMARY KEY (id, created_at),\n  KEY idx_event_id (event_id)";
 
 /// The sweep's index: PENDING rows in id order, so a claim's `ORDER BY id LIMIT n`
 /// reads n index entries. Without it the server scans the primary key from the start
@@ -106,6 +123,23 @@ const MIGRATIONS: &[Migration] = &[
         name: "whole checkpoint in the mirror",
         sql: "ALTER TABLE `{schema}`.`outbox_relay_checkpoint` ADD COLUMN checkpoint TEXT NULL",
     },
+    Migration {
+        version: 5,
+        name: "reconciliation report",
+        sql: "CREATE TABLE IF NOT EXISTS `{schema}`.`outbox_relay_reconciliation` (
+  outbox_table VARCHAR(255) NOT NULL,
+  hour_start   DATETIME     NOT NULL,
+  topic        VARCHAR(128) NOT NULL,
+  created      BIGINT       NOT NULL,
+  sent         BIGINT       NOT NULL,
+  skipped      BIGINT       NOT NULL,
+  unsent       BIGINT       NOT NULL COMMENT 'created, neither SENT nor SKIPPED after the settle time',
+  processed    BIGINT       NULL     COMMENT 'SENT and in the consumer dedup table; NULL without one',
+  unprocessed  BIGINT       NULL     COMMENT 'SENT and not in the consumer dedup table',
+  checked_at   DATETIME(3)  NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  PRIMARY KEY (outbox_table, hour_start, topic)
+) ENGINE=InnoDB",
+    },
 ];
 
 /// Columns the relay needs beyond the classic outbox table, with their definitions.
@@ -119,7 +153,7 @@ const EXTRA_OUTBOX_COLUMNS: &[(&str, &str)] = &[
 
 /// The relay's tables are older than this relay needs.
 #[derive(Debug, thiserror::Error)]
-#[error("the relay's tables in `{schema}` are at migration {found} but this relay needs {needed} (the leader lease and the whole checkpoint in the mirror); fix: run `outbox-relay migrate` (as a user with CREATE and ALTER, see --admin-url)")]
+#[error("the relay's tables in `{schema}` are at migration {found} but this relay needs {needed}; fix: run `outbox-relay migrate` (as a user with CREATE and ALTER, see --admin-url)")]
 pub struct NotMigrated {
     pub schema: String,
     pub found: u32,
@@ -143,10 +177,67 @@ pub async fn check_migrated(pool: &Pool, outbox: &OutboxTable) -> Result<Result<
     Ok(if found >= needed { Ok(()) } else { Err(NotMigrated { schema: outbox.schema.clone(), found, needed }) })
 }
 
+/// What `migrate` does about the outbox table's partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PartitionPlan {
+    /// Leave the layout as it is.
+    #[default]
+    AsItIs,
+    /// A new table is partitioned by this period; an existing partitioned one gets its
+    /// partitions ahead; an existing unpartitioned one is refused (it needs `Convert`).
+    Partitioned(PartitionPeriod),
+    /// As `Partitioned`, and an existing unpartitioned table is converted in place.
+    Convert(PartitionPeriod),
+}
+
+/// The outbox table's partitioning is not what `migrate` was asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionRefused {
+    #[error("{table} exists unpartitioned; converting it to {period} partitions copies the whole table while writes to it wait (MariaDB and MySQL both rebuild a table to partition it); fix: run `outbox-relay migrate --partition {period} --convert` in a quiet hour, after `outbox-relay cleanup` has removed old SENT rows (docs/operations.md, \"Partitioning an existing outbox\")")]
+    Unconverted { table: String, period: PartitionPeriod },
+    #[error("{table} is partitioned by {found}, not {asked}; fix: set outbox.partition = \"{found}\" (changing the period means re-creating the table)")]
+    OtherPeriod { table: String, found: PartitionPeriod, asked: PartitionPeriod },
+    #[error("{table} is partitioned by {method}({expression}), which the relay does not maintain; fix: leave outbox.partition unset, or re-create the table with `outbox-relay migrate --partition`")]
+    Foreign { table: String, method: String, expression: String },
+    #[error(transparent)]
+    TooMany(#[from] TooManyPartitions),
+}
+
+/// `migrate` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error(transparent)]
+    Db(#[from] mysql_async::Error),
+    #[error(transparent)]
+    Refused(#[from] PartitionRefused),
+}
+
 /// Creates or upgrades every table; safe to run any number of times.
-pub async fn migrate(pool: &Pool, outbox: &OutboxTable) -> Result<MigrationReport, mysql_async::Error> {
+pub async fn migrate(pool: &Pool, outbox: &OutboxTable, plan: PartitionPlan) -> Result<MigrationReport, MigrateError> {
     let mut conn = pool.get_conn().await?;
-    let schema = &outbox.schema;
+    let mut report =
+        MigrationReport { applied: migrate_relay_tables(&mut conn, &outbox.schema).await?, ..Default::default() };
+    let existing: Vec<String> = conn
+        .exec(
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            (&outbox.schema, &outbox.table),
+        )
+        .await?;
+    if existing.is_empty() {
+        create_outbox(&mut conn, outbox, plan).await?;
+        report.outbox_created = true;
+        return Ok(report);
+    }
+    report.added = add_missing(&mut conn, outbox, &existing).await?;
+    if let PartitionPlan::Partitioned(period) | PartitionPlan::Convert(period) = plan {
+        let convert = matches!(plan, PartitionPlan::Convert(_));
+        (report.converted, report.partitions_added) = partition(&mut conn, outbox, period, convert).await?;
+    }
+    Ok(report)
+}
+
+/// Applies the relay's own numbered migrations not applied yet; their names.
+async fn migrate_relay_tables(conn: &mut Conn, schema: &str) -> Result<Vec<&'static str>, mysql_async::Error> {
     conn.query_drop(format!(
         "CREATE TABLE IF NOT EXISTS `{schema}`.`outbox_relay_migrations` (
   version    INT          NOT NULL PRIMARY KEY,
@@ -156,7 +247,7 @@ pub async fn migrate(pool: &Pool, outbox: &OutboxTable) -> Result<MigrationRepor
     ))
     .await?;
     let done: Vec<u32> = conn.query(format!("SELECT version FROM `{schema}`.`outbox_relay_migrations`")).await?;
-    let mut report = MigrationReport::default();
+    let mut applied = Vec::new();
     for migration in MIGRATIONS.iter().filter(|m| !done.contains(&m.version)) {
         match conn.query_drop(migration.sql.replace("{schema}", schema)).await {
             // Another `migrate` (a second relay, a parallel run) added the column first.
@@ -169,21 +260,81 @@ pub async fn migrate(pool: &Pool, outbox: &OutboxTable) -> Result<MigrationRepor
             (migration.version, migration.name),
         )
         .await?;
-        report.applied.push(migration.name);
+        applied.push(migration.name);
     }
-    let existing: Vec<String> = conn
+    Ok(applied)
+}
+
+async fn create_outbox(conn: &mut Conn, outbox: &OutboxTable, plan: PartitionPlan) -> Result<(), MigrateError> {
+    let ddl = OUTBOX_DDL.replace("{outbox}", &outbox.qualified());
+    let ddl = match plan {
+        PartitionPlan::AsItIs => ddl.replace("{keys}", PLAIN_KEYS),
+        PartitionPlan::Partitioned(period) | PartitionPlan::Convert(period) => {
+            let now = partitions::db_now(conn).await?;
+            let clause = partitions::partition_clause(period, now, now).map_err(PartitionRefused::from)?;
+            format!("{}\n{clause}", ddl.replace("{keys}", PARTITIONED_KEYS))
+        }
+    };
+    conn.query_drop(ddl).await?;
+    Ok(())
+}
+
+/// Brings an existing table to `period` partitions: converts it when it has none (and
+/// `convert`), adds the partitions ahead when it has. Whether it converted, and how
+/// many partitions it added.
+async fn partition(
+    conn: &mut Conn,
+    outbox: &OutboxTable,
+    period: PartitionPeriod,
+    convert: bool,
+) -> Result<(bool, usize), MigrateError> {
+    let table = outbox.qualified();
+    match partitions::read(conn, outbox).await? {
+        Partitioning::Unpartitioned if convert => {
+            convert_in_place(conn, outbox, period).await?;
+            Ok((true, 0))
+        }
+        Partitioning::Unpartitioned => Err(PartitionRefused::Unconverted { table, period }.into()),
+        Partitioning::Periods(layout) if layout.period == period => {
+            let now = partitions::db_now(conn).await?;
+            let missing = layout.missing(now, partitions::PERIODS_AHEAD);
+            partitions::add(conn, outbox, period, &missing).await?;
+            Ok((false, missing.len()))
+        }
+        Partitioning::Periods(layout) => {
+            Err(PartitionRefused::OtherPeriod { table, found: layout.period, asked: period }.into())
+        }
+        Partitioning::Foreign { method, expression } => {
+            Err(PartitionRefused::Foreign { table, method, expression }.into())
+        }
+    }
+}
+
+/// Re-keys and partitions the table in one ALTER (the server copies every row): the
+/// primary key gains `created_at`, and each unique key without it becomes a plain
+/// index of the same name, as partitioning requires.
+async fn convert_in_place(conn: &mut Conn, outbox: &OutboxTable, period: PartitionPeriod) -> Result<(), MigrateError> {
+    let now = partitions::db_now(conn).await?;
+    let oldest = partitions::oldest_row(conn, outbox).await?.unwrap_or(now);
+    let clause = partitions::partition_clause(period, oldest, now).map_err(PartitionRefused::from)?;
+    let unique: Vec<(String, String)> = conn
         .exec(
-            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            "SELECT INDEX_NAME, GROUP_CONCAT(CONCAT('`', COLUMN_NAME, '`') ORDER BY SEQ_IN_INDEX) \
+             FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
+             AND NON_UNIQUE = 0 AND INDEX_NAME <> 'PRIMARY' GROUP BY INDEX_NAME \
+             HAVING SUM(COLUMN_NAME = 'created_at') = 0",
             (&outbox.schema, &outbox.table),
         )
         .await?;
-    if existing.is_empty() {
-        conn.query_drop(OUTBOX_DDL.replace("{outbox}", &outbox.qualified())).await?;
-        report.outbox_created = true;
-    } else {
-        report.added = add_missing(&mut conn, outbox, &existing).await?;
+    let mut changes = vec!["DROP PRIMARY KEY".to_owned(), "ADD PRIMARY KEY (id, created_at)".to_owned()];
+    for (index, columns) in unique {
+        changes.push(format!("DROP INDEX `{index}`"));
+        changes.push(format!("ADD INDEX `{index}` ({columns})"));
     }
-    Ok(report)
+    let started = std::time::Instant::now();
+    conn.query_drop(format!("ALTER TABLE {} {}\n{clause}", outbox.qualified(), changes.join(", "))).await?;
+    tracing::info!(table = %outbox.qualified(), %period, took = ?started.elapsed(), "outbox table converted to partitions");
+    Ok(())
 }
 
 async fn add_missing(

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use outbox_kit::consumer::{Ack, Consumption, Delivery, StartFrom, Subscription};
+use outbox_kit::consumer::{Ack, Consumption, Delivery, StartFrom, Subscribe, Subscription};
 
 /// A started consumer and the deliveries it has seen so far.
 pub struct Collector {
@@ -24,10 +24,11 @@ impl Collector {
             sink.lock().expect("collector lock").push(d.clone());
             Ack::Done
         };
-        let subscription =
-            Subscription::start(namesrv, group, topic, StartFrom::Since(since), Consumption::Concurrent, record)
-                .await
-                .expect("consumer starts");
+        let spec = Subscribe {
+            consumption: Consumption::Concurrent,
+            ..Subscribe::new(namesrv, group, topic, StartFrom::Since(since))
+        };
+        let subscription = Subscription::start(spec, record).await.expect("consumer starts");
         Collector { subscription, seen }
     }
 

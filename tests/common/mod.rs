@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod collector;
+pub mod command;
 pub mod events;
 pub mod load;
 pub mod outbox;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Pool};
 use outbox_kit::{OutboxTable, RowStatus};
-use outbox_relay::store::migrate;
+use outbox_relay::store::{migrate, PartitionPlan};
 use outbox_test_support::rows::insert_sql;
 pub use outbox_test_support::rows::Row;
 
@@ -22,7 +22,7 @@ impl TestOutbox {
     pub async fn create(stack: &Stack) -> Self {
         let pool = stack.root_pool().await;
         let table = OutboxTable { schema: "app".to_owned(), table: unique("outbox") };
-        migrate(&pool, &table).await.expect("migrate test outbox");
+        migrate(&pool, &table, PartitionPlan::AsItIs).await.expect("migrate test outbox");
         stack.replica_caught_up().await;
         Self { pool, table }
     }

@@ -43,6 +43,13 @@ pub struct Processes {
 #[derive(Debug, Clone, Default)]
 pub struct Reading(BTreeMap<Role, f64>);
 
+impl Reading {
+    /// The CPU seconds `role` had used (0 when not read).
+    pub fn seconds(&self, role: Role) -> f64 {
+        self.0.get(&role).copied().unwrap_or(0.0)
+    }
+}
+
 /// What one event cost each role, and the ceiling those costs allow.
 #[derive(Debug, Clone, Serialize)]
 pub struct CpuPerEvent {

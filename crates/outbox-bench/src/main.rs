@@ -6,6 +6,8 @@
 //! - `drain`: N rows committed while the relay is stopped, then the relay started.
 //! - `latency`: a fixed offered load of single-row transactions; commit to SEND_OK.
 //! - `bigtx`: one transaction of many rows, then a backlog of a million, with peak RSS.
+//! - `retention` (asked for by name): retiring millions of expired rows by batch DELETE
+//!   and by partition DROP under a steady load.
 //!
 //! `drain` and `latency` run in binlog mode and in poll mode (the seed's 500 ms / 100
 //! rows). Prints a table and one JSON line per result (`scripts/bench`, BENCHMARKS.md).
@@ -76,5 +78,6 @@ async fn run_case(rig: &Rig, case: Case) -> anyhow::Result<Vec<Measurement>> {
         Case::Drain => cases::drain::run_modes(rig).await?,
         Case::Latency => cases::latency::run_modes(rig).await?,
         Case::Bigtx => cases::bigtx::run(rig).await?,
+        Case::Retention => cases::retention::run(rig).await?,
     })
 }

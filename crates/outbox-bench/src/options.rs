@@ -12,6 +12,9 @@ pub enum Case {
     Drain,
     Latency,
     Bigtx,
+    /// Retiring expired rows, DELETE against partition DROP (not in the default run:
+    /// it fills two tables of `--retention-rows`).
+    Retention,
 }
 
 /// How the relay finds rows.
@@ -61,6 +64,12 @@ pub struct Options {
     /// `bigtx`: rows in the backlog drained afterwards.
     #[arg(long, default_value_t = 1_000_000)]
     pub backlog_rows: usize,
+    /// `retention`: old SENT rows each side retires.
+    #[arg(long, default_value_t = 5_000_000)]
+    pub retention_rows: usize,
+    /// `retention`: payload size of the old rows and the load, bytes.
+    #[arg(long, default_value_t = 256)]
+    pub retention_body_bytes: usize,
     /// Relay setting `lanes.batch_size` (also the `raw` batch); the relay's default.
     #[arg(long, default_value_t = 128)]
     pub batch_size: usize,
@@ -94,6 +103,9 @@ pub struct Options {
         default_value = "mysql://outbox_writer:writer-secret@127.0.0.1:13306/app"
     )]
     pub writer_url: String,
+    /// Root URL of the replica the relay reads (`retention` waits until it applied the fill).
+    #[arg(long, env = "OUTBOX_RELAY_TEST_REPLICA_ROOT_URL", default_value = "mysql://root@127.0.0.1:13307/app")]
+    pub replica_root_url: String,
     #[arg(long, env = "OUTBOX_RELAY_TEST_NAMESRV", default_value = "127.0.0.1:19876")]
     pub namesrv: String,
     /// The stack's state directory, whose pid files name the MariaDB servers and the

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use crate::cases::retention::RetentionCost;
 use crate::cpu::{CpuPerEvent, Role};
 
 /// Latency percentiles, milliseconds.
@@ -110,6 +111,8 @@ pub struct Measurement {
     /// CPU per event of each process over the case's window.
     pub cpu: Option<CpuPerEvent>,
     pub peak_rss_mib: Option<f64>,
+    /// Retention runs: what retiring the old rows cost.
+    pub retention: Option<RetentionCost>,
 }
 
 impl Measurement {
@@ -138,6 +141,7 @@ impl Measurement {
             relay_commits_per_event: None,
             cpu: None,
             peak_rss_mib: None,
+            retention: None,
         }
     }
 
@@ -151,7 +155,7 @@ impl Measurement {
 /// Sets `vs_raw` of the throughput cases from the `raw` result, if one ran.
 pub fn add_ratios(results: &mut [Measurement]) {
     let Some(raw) = results.iter().find(|m| m.case == "raw").map(|m| m.events_per_s) else { return };
-    for m in results.iter_mut().filter(|m| m.case != "latency" && raw > 0.0) {
+    for m in results.iter_mut().filter(|m| !["latency", "retention"].contains(&m.case) && raw > 0.0) {
         m.vs_raw = Some(m.events_per_s / raw);
     }
 }
@@ -210,6 +214,45 @@ pub fn table(results: &[Measurement], setup: &str) -> String {
     }
     out.push('\n');
     out.push_str(&cpu_table(results));
+    out.push_str(&retention_table(results));
+    out
+}
+
+/// What retiring the old rows cost each method.
+fn retention_table(results: &[Measurement]) -> String {
+    let mut out = String::new();
+    for m in results {
+        let Some(r) = &m.retention else { continue };
+        if out.is_empty() {
+            out = format!(
+                "\n{:<8} {:>10} {:>9} {:>12} {:>13} {:>13} {:>11} {:>15} {:>12} {:>12}\n",
+                "method",
+                "rows",
+                "seconds",
+                "convert s",
+                "primary cpu",
+                "replicas cpu",
+                "relay cpu",
+                "binlog MiB+",
+                "load p50 ms",
+                "load p99 ms"
+            );
+        }
+        let ms = |f: fn(&Percentiles) -> f64| m.latency.as_ref().map(|p| format!("{:.1}", f(p))).unwrap_or_default();
+        out.push_str(&format!(
+            "{:<8} {:>10} {:>9.1} {:>12} {:>13.1} {:>13.1} {:>11.1} {:>15.1} {:>12} {:>12}\n",
+            m.mode,
+            r.rows_retired,
+            m.seconds,
+            r.convert_seconds.map(|s| format!("{s:.1}")).unwrap_or_default(),
+            r.primary_cpu_s,
+            r.replicas_cpu_s,
+            r.relay_cpu_s,
+            r.binlog_mib_beyond_load,
+            ms(|p| p.p50_ms),
+            ms(|p| p.p99_ms),
+        ));
+    }
     out
 }
 

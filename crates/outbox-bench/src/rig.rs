@@ -10,7 +10,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Pool};
 use outbox_kit::{OutboxTable, RowStatus};
 use outbox_relay::config::DbUrl;
-use outbox_relay::store::migrate;
+use outbox_relay::store::{migrate, PartitionPlan};
 use outbox_relay::ProcessStats;
 use outbox_test_support::relay::RelayProcess;
 use outbox_test_support::rows::{self, Row};
@@ -94,7 +94,7 @@ impl Rig {
     /// refuses to start (the table does not exist on its source).
     pub async fn table(&self) -> anyhow::Result<OutboxTable> {
         let table = OutboxTable { schema: "app".into(), table: unique("bench") };
-        migrate(&self.root, &table).await.context("create the benchmark's outbox table")?;
+        migrate(&self.root, &table, PartitionPlan::AsItIs).await.context("create the benchmark's outbox table")?;
         let source = outbox_relay::db::connect("source", &DbUrl::new(&self.options.repl_url), 1)
             .await
             .context("connect to the relay's source")?;
@@ -207,6 +207,17 @@ impl Rig {
 
     /// Starts the relay in `mode` on `table`, with a checkpoint directory of its own.
     pub fn relay(&self, mode: Mode, table: &OutboxTable, checkpoint: &Path) -> anyhow::Result<RelayChild> {
+        self.relay_with(mode, table, checkpoint, &[])
+    }
+
+    /// The same, with `extra` settings (`OUTBOX_RELAY__...`) after the run's own.
+    pub fn relay_with(
+        &self,
+        mode: Mode,
+        table: &OutboxTable,
+        checkpoint: &Path,
+        extra: &[(String, String)],
+    ) -> anyhow::Result<RelayChild> {
         let o = &self.options;
         let log = self.scratch.join(format!("{}.log", unique("relay")));
         let server_id = 200_000 + (uuid::Uuid::now_v7().as_u128() % 1_000_000_000) as u32;
@@ -228,6 +239,7 @@ impl Rig {
         .map(|(key, value)| (format!("OUTBOX_RELAY__{key}"), value))
         .collect();
         env.extend(o.relay_env.iter().cloned());
+        env.extend(extra.iter().cloned());
         Ok(RelayChild(RelayProcess::start(&self.relay_bin, config, &env, &log)?))
     }
 

@@ -91,7 +91,9 @@ impl<'a> Run<'a> {
             .await
             .context("the stack's primary (scripts/stack up)")?;
         let table = OutboxTable { schema: "app".into(), table: unique("chaos") };
-        outbox_relay::store::migrate(&pool, &table).await.context("create the run's outbox table")?;
+        outbox_relay::store::migrate(&pool, &table, outbox_relay::store::PartitionPlan::AsItIs)
+            .await
+            .context("create the run's outbox table")?;
         let topic = unique("chaos");
         outbox_relay::ops::admin::create_topic(&stack.namesrv, "DefaultCluster", &topic, QUEUES, None)
             .await

@@ -107,6 +107,16 @@ pub(super) async fn of_primary(pool: &Pool, config: &Config, outbox: &OutboxTabl
             "the audit rows of requeue, skip and cleanup",
         ),
     ];
+    if config.outbox.partition.is_some() {
+        needs.push(Need::on_table(
+            "partition upkeep",
+            outbox,
+            &outbox.table,
+            &[&["ALTER"], &["DROP"], &["LOCK TABLES"]],
+            Importance::Required,
+            "outbox.partition: the leader adds partitions ahead and drops expired ones under LOCK TABLES",
+        ));
+    }
     if config.mode == Mode::Binlog {
         needs.push(Need::on_table(
             "checkpoint table",

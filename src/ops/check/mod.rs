@@ -8,12 +8,13 @@
 //! `SHOW GRANTS`, never by trying statements, so the check changes nothing.
 //!
 //! Groups, in report order: the source's settings ([`source`]), the two users' grants
-//! ([`grants`]), the outbox and relay tables ([`table`]), the broker and the configured
-//! topics ([`broker`]).
+//! ([`grants`]), the outbox and relay tables ([`table`], with the outbox's [`partitions`]),
+//! the broker and the configured topics ([`broker`]).
 
 mod broker;
 mod grant_parser;
 mod grants;
+mod partitions;
 mod source;
 mod table;
 

@@ -1,13 +1,13 @@
 //! The outbox table and the relay's own tables: the columns (names and types) the
 //! relay reads and writes on the primary, the columns the binlog reader maps on the
-//! source (the same map the reader loads), the sweep's indexes, the migrations, and
-//! whether the primary can claim rows with SKIP LOCKED.
+//! source (the same map the reader loads), the sweep's indexes, the partitions, the
+//! migrations, and whether the primary can claim rows with SKIP LOCKED.
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Pool};
 use outbox_kit::OutboxTable;
 
-use super::{one_line, Finding, Group};
+use super::{one_line, partitions, Finding, Group};
 use crate::config::{ClaimMethod, Config};
 use crate::source::binlog::{ColumnError, ColumnMap};
 use crate::store::{check_migrated, has_index, CLAIM_INDEX, KEY_ORDER_INDEX};
@@ -92,6 +92,8 @@ pub(super) async fn on_primary(pool: &Pool, config: &Config, outbox: &OutboxTabl
         Ok(present) => {
             findings.push(judge_columns(outbox, &present));
             findings.push(indexes(&mut conn, outbox).await.unwrap_or_else(|e| unreadable("primary indexes", &e)));
+            let partitions = partitions::layout(&mut conn, outbox, config.outbox.partition).await;
+            findings.push(partitions.unwrap_or_else(|e| unreadable("partitions", &e)));
         }
         Err(error) => findings.push(unreadable("primary columns", &error)),
     }

@@ -4,3 +4,4 @@ pub mod bigtx;
 pub mod drain;
 pub mod latency;
 pub mod raw;
+pub mod retention;

@@ -30,7 +30,7 @@ use mysql_async::{Pool, Transaction, TxOpts};
 use super::consumption::Consumption;
 use super::delivery::{Ack, Delivery};
 use super::metrics::ConsumerMetrics;
-use super::subscription::{StartFrom, Subscription};
+use super::subscription::{StartFrom, Subscribe, Subscription};
 use crate::client::ClientError;
 use crate::text::truncate_utf8;
 
@@ -101,6 +101,7 @@ pub struct IdempotentConsumer<H> {
     key: DedupKey,
     metrics: ConsumerMetrics,
     consumption: Consumption,
+    dead_letter_after: Option<u32>,
 }
 
 impl<H: EventHandler> IdempotentConsumer<H> {
@@ -108,7 +109,14 @@ impl<H: EventHandler> IdempotentConsumer<H> {
     /// It consumes each queue in order ([`Consumption::Orderly`]) unless told otherwise
     /// with [`Self::with_consumption`].
     pub fn new(pool: Pool, handler: H, key: DedupKey, metrics: ConsumerMetrics) -> Self {
-        Self { pool, handler: Arc::new(handler), key, metrics, consumption: Consumption::default() }
+        Self {
+            pool,
+            handler: Arc::new(handler),
+            key,
+            metrics,
+            consumption: Consumption::default(),
+            dead_letter_after: None,
+        }
     }
 
     /// The same consumer, subscribing with `consumption` (e.g. [`Consumption::Concurrent`]
@@ -117,14 +125,21 @@ impl<H: EventHandler> IdempotentConsumer<H> {
         Self { consumption, ..self }
     }
 
+    /// The same consumer, letting the broker move a message to the group's dead-letter
+    /// topic after `times` redeliveries (concurrent consumption; the client's default is 16).
+    pub fn with_dead_letter_after(self, times: u32) -> Self {
+        Self { dead_letter_after: Some(times), ..self }
+    }
+
     /// The handler, e.g. to read its own state.
     pub fn handler(&self) -> &H {
         &self.handler
     }
 
     /// Subscribes `group` to `topic` and processes every delivery through [`Self::process`],
-    /// each queue in order unless [`Self::with_consumption`] chose otherwise. Call it
-    /// inside the Tokio runtime that owns `pool`.
+    /// each queue in order unless [`Self::with_consumption`] chose otherwise, and
+    /// watches the group's dead-letter topic into the metrics. Call it inside the Tokio
+    /// runtime that owns `pool`.
     pub async fn subscribe(
         self: Arc<Self>,
         namesrv: &str,
@@ -134,11 +149,13 @@ impl<H: EventHandler> IdempotentConsumer<H> {
     ) -> Result<Subscription, ClientError> {
         let runtime = tokio::runtime::Handle::current();
         // The client calls the handler on its blocking threads: block on the async work there.
-        let consumption = self.consumption;
-        Subscription::start(namesrv, group, topic, from, consumption, move |delivery: &Delivery| {
-            runtime.block_on(self.process(delivery)).ack()
-        })
-        .await
+        let spec = Subscribe {
+            consumption: self.consumption,
+            dead_letter_after: self.dead_letter_after,
+            dead_letters: Some(self.metrics.dead_letters_of(group)),
+            ..Subscribe::new(namesrv, group, topic, from)
+        };
+        Subscription::start(spec, move |delivery: &Delivery| runtime.block_on(self.process(delivery)).ack()).await
     }
 
     /// Handles one delivery to the end; never returns an error, only an outcome.

@@ -4,8 +4,17 @@
 //! a little is normal (relay resends, broker redelivery); a sudden rise means the relay
 //! is resending or a replay is running.
 
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+
+/// The consumer group a series is about.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupLabel {
+    pub group: String,
+}
 
 /// Counters of one idempotent consumer.
 #[derive(Clone, Default)]
@@ -18,6 +27,8 @@ pub struct ConsumerMetrics {
     pub rejected: Counter,
     /// Deliveries handed back for redelivery (retryable failure).
     pub retries: Counter,
+    /// Per consumer group: messages its dead-letter topic ever received.
+    pub dead_letters: Family<GroupLabel, Gauge>,
 }
 
 impl ConsumerMetrics {
@@ -44,7 +55,17 @@ impl ConsumerMetrics {
             "Deliveries returned for redelivery after a retryable failure",
             metrics.retries.clone(),
         );
+        registry.register(
+            "consumer_dead_letter_max_offset",
+            "Messages the consumer group's dead-letter topic (%DLQ%group) ever received: any growth is an event the business never processed",
+            metrics.dead_letters.clone(),
+        );
         metrics
+    }
+
+    /// The dead-letter gauge of `group`.
+    pub fn dead_letters_of(&self, group: &str) -> Gauge {
+        self.dead_letters.get_or_create(&GroupLabel { group: group.to_owned() }).clone()
     }
 }
 
@@ -59,12 +80,14 @@ mod tests {
         let metrics = ConsumerMetrics::register(&mut registry);
         metrics.processed.inc();
         metrics.dedup_hits.inc_by(4);
+        metrics.dead_letters_of("benefits").set(2);
         let text = render(&registry);
         for line in [
             "consumer_processed_total 1",
             "consumer_dedup_hits_total 4",
             "consumer_rejected_total 0",
             "consumer_retries_total 0",
+            "consumer_dead_letter_max_offset{group=\"benefits\"} 2",
         ] {
             assert!(text.contains(line), "{line} missing in:\n{text}");
         }

@@ -7,9 +7,11 @@
 //!   (see `idempotent` for the exact rules);
 //! - [`guards`]: version and state-machine guards for out-of-order events;
 //! - [`schema`]: the kit's tables; [`retention`]: cleanup of old dedup rows;
-//! - [`ConsumerMetrics`]: the `consumer_*_total` counters.
+//! - [`ConsumerMetrics`]: the `consumer_*_total` counters and the dead-letter topic's
+//!   max offset (`dead_letters`).
 
 mod consumption;
+mod dead_letters;
 mod delivery;
 pub mod guards;
 mod idempotent;
@@ -22,4 +24,4 @@ pub use consumption::Consumption;
 pub use delivery::{Ack, Delivery, Handler};
 pub use idempotent::{DedupKey, EventHandler, HandlerError, HandlerFuture, IdempotentConsumer, Outcome};
 pub use metrics::ConsumerMetrics;
-pub use subscription::{StartFrom, Subscription};
+pub use subscription::{StartFrom, Subscribe, Subscription};

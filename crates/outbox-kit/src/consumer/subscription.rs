@@ -1,10 +1,13 @@
 //! A push consumer that turns RocketMQ messages into [`Delivery`](super::Delivery) values and hands
-//! them to a [`Handler`], orderly or concurrently (see `consumption`).
+//! them to a [`Handler`], orderly or concurrently (see `consumption`), with the group's
+//! dead-letter topic watched when given a gauge (see `dead_letters`).
 
+use prometheus_client::metrics::gauge::Gauge;
 use rocketmq_client_rust::DefaultMQPushConsumer;
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 
 use super::consumption::Consumption;
+use super::dead_letters::{self, DeadLetterWatch};
 use super::delivery::Handler;
 use crate::client::{client_config, ClientError, ClientHost};
 
@@ -17,29 +20,62 @@ pub enum StartFrom {
     Since(chrono::DateTime<chrono::Local>),
 }
 
+/// What a subscription consumes, and how.
+#[derive(Debug, Clone)]
+pub struct Subscribe<'a> {
+    pub namesrv: &'a str,
+    pub group: &'a str,
+    pub topic: &'a str,
+    pub from: StartFrom,
+    pub consumption: Consumption,
+    /// Under [`Consumption::Concurrent`]: how many redeliveries a message gets before
+    /// the broker moves it to the group's dead-letter topic (`None`: the client's 16).
+    pub dead_letter_after: Option<u32>,
+    /// The gauge the group's dead-letter watch sets (`None`: no watch).
+    pub dead_letters: Option<Gauge>,
+}
+
+impl<'a> Subscribe<'a> {
+    /// `group` reading `topic` from `from`, each queue in order, no dead-letter watch.
+    pub fn new(namesrv: &'a str, group: &'a str, topic: &'a str, from: StartFrom) -> Self {
+        Self {
+            namesrv,
+            group,
+            topic,
+            from,
+            consumption: Consumption::default(),
+            dead_letter_after: None,
+            dead_letters: None,
+        }
+    }
+}
+
 /// A started push consumer.
 pub struct Subscription {
     consumer: DefaultMQPushConsumer,
     host: ClientHost,
+    watch: Option<DeadLetterWatch>,
 }
 
 impl Subscription {
-    /// Subscribes `group` to every message of `topic` and starts consuming it as
-    /// `consumption` says.
-    pub async fn start<H: Handler>(
-        namesrv: &str,
-        group: &str,
-        topic: &str,
-        from: StartFrom,
-        consumption: Consumption,
-        handler: H,
-    ) -> Result<Self, ClientError> {
+    /// Subscribes the group to every message of the topic and starts consuming it as
+    /// `spec` says.
+    pub async fn start<H: Handler>(spec: Subscribe<'_>, handler: H) -> Result<Self, ClientError> {
+        let watch = match spec.dead_letters.clone() {
+            Some(gauge) => Some(DeadLetterWatch::start(spec.namesrv, spec.group, gauge, dead_letters::EVERY).await?),
+            None => None,
+        };
         let host = ClientHost::start("rocketmq-consumer")?;
+        let Subscribe { namesrv, group, topic, from, consumption, dead_letter_after, .. } = spec;
         let builder = DefaultMQPushConsumer::builder(host.runtime())
             .client_config(client_config(namesrv))
             .name_server_addr(namesrv.to_owned())
             .consumer_group(group.to_owned())
             .consume_message_batch_max_size(1);
+        let builder = match dead_letter_after {
+            Some(times) => builder.max_reconsume_times(i32::try_from(times).unwrap_or(i32::MAX)),
+            None => builder,
+        };
         let builder = match from {
             StartFrom::First => builder.consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset),
             StartFrom::Last => builder.consume_from_where(ConsumeFromWhere::ConsumeFromLastOffset),
@@ -55,14 +91,20 @@ impl Subscription {
         };
         if let Err(error) = started.await {
             host.shutdown().await;
+            if let Some(watch) = watch {
+                watch.shutdown().await;
+            }
             return Err(ClientError::from_client("start consumer", &error));
         }
-        Ok(Self { consumer, host })
+        Ok(Self { consumer, host, watch })
     }
 
-    /// Stops consuming and releases the client runtime.
+    /// Stops consuming and the dead-letter watch, and releases the client runtimes.
     pub async fn shutdown(mut self) {
         self.consumer.shutdown().await;
         self.host.shutdown().await;
+        if let Some(watch) = self.watch {
+            watch.shutdown().await;
+        }
     }
 }

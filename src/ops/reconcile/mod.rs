@@ -12,6 +12,9 @@
 //! `CONVERT_TZ(bound, '+00:00', @@session.time_zone)` and the columns are compared as
 //! stored, which keeps their indexes usable.
 //! A dedup row of any status (PROCESSED or REJECTED) counts as handled.
+//!
+//! The leader also reconciles by itself, hour by hour, into a report table and
+//! metrics (`hourly`).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -21,9 +24,12 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, Pool, Value};
 use serde::{Serialize, Serializer};
 
+pub mod hourly;
+
 use outbox_kit::OutboxTable;
 
 use crate::config::DbUrl;
+pub use crate::config::DedupTable;
 use crate::db::DbError;
 use crate::store::SENT;
 
@@ -90,49 +96,6 @@ impl Window {
             Ok(Self { since, until })
         } else {
             Err(WindowError { since, until })
-        }
-    }
-}
-
-/// The consumer kit's dedup table (`event_dedup` unless the consumer renamed it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DedupTable {
-    schema: Option<String>,
-    table: String,
-}
-
-impl DedupTable {
-    /// `table` or `schema.table`, of letters, digits, `_` and `$`.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let plain =
-            |name: &str| !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "_$".contains(c));
-        match text.split_once('.') {
-            Some((schema, table)) if plain(schema) && plain(table) => {
-                Ok(Self { schema: Some(schema.to_owned()), table: table.to_owned() })
-            }
-            None if plain(text) => Ok(Self { schema: None, table: text.to_owned() }),
-            _ => Err(format!("{text:?}: give a table name, or schema.table, of letters, digits and _")),
-        }
-    }
-
-    /// The same table, in `schema` unless it names its own.
-    pub fn in_schema(self, schema: &str) -> Self {
-        Self { schema: self.schema.or_else(|| Some(schema.to_owned())), ..self }
-    }
-
-    fn qualified(&self) -> String {
-        match &self.schema {
-            Some(schema) => format!("`{schema}`.`{}`", self.table),
-            None => format!("`{}`", self.table),
-        }
-    }
-}
-
-impl fmt::Display for DedupTable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.schema {
-            Some(schema) => write!(f, "{schema}.{}", self.table),
-            None => f.write_str(&self.table),
         }
     }
 }
@@ -338,15 +301,5 @@ mod tests {
         let (a, b) = (UtcTime::parse("2024-05-01").expect("a"), UtcTime::parse("2024-05-02").expect("b"));
         assert!(Window::new(a, b).is_ok());
         assert!(Window::new(b, a).is_err() && Window::new(a, a).is_err());
-    }
-
-    #[test]
-    fn dedup_table_names_are_plain_identifiers() {
-        assert_eq!(DedupTable::parse("event_dedup").map(|t| t.qualified()).as_deref(), Ok("`event_dedup`"));
-        let in_app = DedupTable::parse("event_dedup").expect("plain").in_schema("app");
-        assert_eq!(in_app.qualified(), "`app`.`event_dedup`");
-        let own = DedupTable::parse("orders.event_dedup").expect("qualified").in_schema("app");
-        assert_eq!(own.qualified(), "`orders`.`event_dedup`", "its own schema stays");
-        assert!(DedupTable::parse("x`; DROP TABLE y").is_err() && DedupTable::parse("a.b.c").is_err());
     }
 }
