@@ -105,7 +105,8 @@ async fn an_event_the_consumer_never_recorded_shows_in_the_report_and_the_metric
 
     let table = scenario.outbox.table.qualified();
     let topic = scenario.events.topic.clone();
-    eventually("the unprocessed event in the report table and the metric", Duration::from_secs(30), || async {
+    // One period is a second here, the settle time another: a few periods at most.
+    eventually("the unprocessed event in the report table and the metric", Duration::from_secs(10), || async {
         // The metric is set before the report is written: read it once the row is there.
         let row = reported(&scenario.outbox.pool, &table, &topic).await;
         (row == Some((10, 10, 0, Some(1))) && relay.metric_sum("relay_reconcile_unprocessed_events") == 1.0)
@@ -123,7 +124,7 @@ async fn an_event_the_consumer_never_recorded_shows_in_the_report_and_the_metric
         )
         .await
         .expect("record the tenth");
-    eventually("the difference gone once the consumer recorded it", Duration::from_secs(30), || async {
+    eventually("the difference gone once the consumer recorded it", Duration::from_secs(10), || async {
         let row = reported(&scenario.outbox.pool, &table, &topic).await;
         (row == Some((10, 10, 0, Some(0))) && relay.metric_sum("relay_reconcile_unprocessed_events") == 0.0)
             .then_some(())

@@ -205,6 +205,7 @@ fn check_cleanup(cleanup: &CleanupConfig) -> Result<(), ConfigError> {
     }
     at_least("cleanup.interval_ms", cleanup.interval_ms, 1_000)?;
     at_least("cleanup.retention_secs", cleanup.retention_secs, 1)?;
+    at_most("cleanup.retention_secs", cleanup.retention_secs, 3_650 * 86_400)?;
     at_least("cleanup.batch", cleanup.batch as u64, 1)?;
     at_most("cleanup.batch", cleanup.batch as u64, 1_000)
 }

@@ -4,14 +4,16 @@
 //! them. This samples SENT rows and looks each up on the broker.
 //!
 //! The lookup goes through the broker's key index by the row's event_id (the
-//! message's KEYS, which the relay sets and every broker indexes: what `mqadmin
-//! queryMsgByKey` does), then compares the msg_id (UNIQ_KEY) of each message found
-//! with the row's. A row is missing when no message of its topic carries its event_id
-//! with its msg_id. A first miss is asked again after [`INDEX_LAG`] (the index trails
-//! the store by a moment). It only reads, on the primary and on the broker.
+//! message's KEYS, which the relay sets and the broker indexes), then compares the
+//! msg_id (UNIQ_KEY) of each message found with the row's. A row is missing when no
+//! message of its topic carries its event_id with its msg_id. A first miss is asked
+//! again after [`INDEX_LAG`] (the index trails the store by a moment). A broker that
+//! cannot be asked fails the check; it never counts as a miss. It only reads, on the
+//! primary and on the broker.
 //!
-//! The same check runs on the leader's schedule (`[verify]`), on rows sent since the
-//! previous run, into `relay_verify_checked_total` and `relay_verify_missing_total`.
+//! The same check runs on the leader's schedule (`[verify]`), on rows sent during the
+//! leader's term, into `relay_verify_checked_rows_total` and
+//! `relay_verify_missing_rows_total`.
 
 use std::time::Duration;
 
@@ -19,6 +21,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Pool;
 use outbox_kit::OutboxTable;
 use rocketmq_model::common::message::MessageConst;
+use rocketmq_protocol::code::response_code::ResponseCode;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
@@ -128,9 +131,17 @@ fn holds(row: &SentRow, found: &[String]) -> bool {
     row.msg_id.as_ref().is_some_and(|msg_id| found.contains(msg_id))
 }
 
-/// The msg_ids of the messages of the row's topic whose KEYS hold its event_id.
+/// The broker's answers to a key query that found nothing.
+const NOT_FOUND: [i32; 2] = [ResponseCode::NoMessage as i32, ResponseCode::QueryNotFound as i32];
+
+/// The msg_ids of the messages of the row's topic whose KEYS hold its event_id (none
+/// when the broker has no such message).
 async fn stored_msg_ids(producer: &Producer, row: &SentRow) -> Result<Vec<String>, PublishError> {
-    let messages = producer.find_by_key(&row.topic, &row.event_id).await?;
+    let messages = match producer.find_by_key(&row.topic, &row.event_id).await {
+        Ok(messages) => messages,
+        Err(PublishError::Client { code: Some(code), .. }) if NOT_FOUND.contains(&code) => return Ok(Vec::new()),
+        Err(error) => return Err(error),
+    };
     Ok(messages
         .iter()
         .filter_map(|m| {
@@ -138,6 +149,24 @@ async fn stored_msg_ids(producer: &Producer, row: &SentRow) -> Result<Vec<String
         })
         .map(|(_, v)| v.to_string())
         .collect())
+}
+
+/// A sampler run that could not check its sample.
+#[derive(Debug, thiserror::Error)]
+enum SampleError {
+    #[error("sampling SENT rows on the primary failed: {0}")]
+    Primary(#[from] mysql_async::Error),
+    #[error(transparent)]
+    Broker(#[from] PublishError),
+}
+
+/// The newest row's id when the sampler starts: it checks only rows written after its
+/// term began (read again at the first run if the primary did not answer then), so rows
+/// an earlier relay sent are never judged by this one's rules.
+async fn newest_id(pool: &Pool, outbox: &OutboxTable) -> Result<u64, mysql_async::Error> {
+    let newest: Option<Option<u64>> =
+        pool.get_conn().await?.query_first(format!("SELECT MAX(id) FROM {}", outbox.qualified())).await?;
+    Ok(newest.flatten().unwrap_or(0))
 }
 
 /// The leader's sampler: every `interval_ms`, checks a sample of the rows sent since
@@ -151,21 +180,30 @@ pub(crate) async fn run_scheduled(
     stop: CancellationToken,
 ) {
     let every = Duration::from_millis(settings.interval_ms);
-    let mut after = 0;
+    let mut after = newest_id(&pool, &outbox).await.ok();
     loop {
         tokio::select! {
             () = tokio::time::sleep(every) => {}
             () = stop.cancelled() => return,
         }
         let run = async {
-            let rows = sample(&pool, &outbox, settings.sample, after).await.map_err(|e| e.to_string())?;
-            let newest = rows.iter().map(|r| r.id).max();
-            let verified = check(&publisher.producer(), rows).await.map_err(|e| e.to_string())?;
-            Ok::<_, String>((verified, newest))
+            let from = match after {
+                Some(id) => id,
+                None => newest_id(&pool, &outbox).await?,
+            };
+            after.get_or_insert(from);
+            let rows = sample(&pool, &outbox, settings.sample, from).await?;
+            let newest = rows.iter().map(|r| r.id).max().unwrap_or(from);
+            let verified = check(&publisher.producer(), rows).await?;
+            Ok::<_, SampleError>((verified, newest))
         };
-        match run.await {
+        let done = tokio::select! {
+            done = run => done,
+            () = stop.cancelled() => return,
+        };
+        match done {
             Ok((verified, newest)) => {
-                after = newest.unwrap_or(after).max(after);
+                after = after.max(Some(newest));
                 metrics.verify_checked.inc_by(verified.checked as u64);
                 metrics.verify_missing.inc_by(verified.missing.len() as u64);
                 for missing in &verified.missing {

@@ -63,8 +63,7 @@ pub fn prepare<'a>(
 /// The properties of a batch message itself: the wait for the store, and no id.
 /// The broker appends the batch's properties to every message inside it, so an id of
 /// the batch's own would replace each message's: every message of the batch would be
-/// stored under that one id, and no SENT row's msg_id would be found on the broker
-/// (the Java client gives a batch no id of its own either).
+/// stored under that one id, and no SENT row's msg_id would be found on the broker.
 fn batch_properties() -> CheetahString {
     properties_text([(MessageConst::PROPERTY_WAIT_STORE_MSG_OK, "true")].into_iter())
 }

@@ -10,7 +10,7 @@
 
 use chrono::NaiveDateTime;
 use mysql_async::prelude::Queryable;
-use outbox_kit::OutboxTable;
+use outbox_kit::{OutboxTable, RowStatus};
 
 use super::{FAILED, PENDING, SENDING};
 use crate::config::PartitionPeriod;
@@ -84,7 +84,8 @@ impl Layout {
     /// `pfuture`.
     pub fn expired(&self, now: NaiveDateTime, retention: chrono::Duration) -> Vec<&Partition> {
         let keep_last = self.partitions.len().saturating_sub(1);
-        self.partitions[..keep_last].iter().filter(|p| p.until + retention <= now).collect()
+        let past = |p: &&Partition| p.until.checked_add_signed(retention).is_some_and(|end| end <= now);
+        self.partitions[..keep_last].iter().filter(past).collect()
     }
 }
 
@@ -220,7 +221,7 @@ pub async fn add(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveRow {
     pub id: u64,
-    pub status: u8,
+    pub status: RowStatus,
 }
 
 /// The first row of `partition` still to be delivered or waiting for an operator.
@@ -236,7 +237,7 @@ pub async fn live_row(
             outbox.qualified()
         ))
         .await?;
-    Ok(row.map(|(id, status)| LiveRow { id, status }))
+    Ok(row.and_then(|(id, code)| Some(LiveRow { id, status: RowStatus::from_code(code)? })))
 }
 
 /// Drops `partition` and every row in it.

@@ -199,6 +199,8 @@ pub enum PartitionRefused {
     OtherPeriod { table: String, found: PartitionPeriod, asked: PartitionPeriod },
     #[error("{table} is partitioned by {method}({expression}), which the relay does not maintain; fix: leave outbox.partition unset, or re-create the table with `outbox-relay migrate --partition`")]
     Foreign { table: String, method: String, expression: String },
+    #[error("{table}.created_at is {found}, which RANGE COLUMNS partitioning does not take; fix: make it DATETIME(3) first (`ALTER TABLE ... MODIFY created_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)`, which keeps its values in the session time zone), then convert")]
+    CreatedAtType { table: String, found: String },
     #[error(transparent)]
     TooMany(#[from] TooManyPartitions),
 }
@@ -314,6 +316,16 @@ async fn partition(
 /// primary key gains `created_at`, and each unique key without it becomes a plain
 /// index of the same name, as partitioning requires.
 async fn convert_in_place(conn: &mut Conn, outbox: &OutboxTable, period: PartitionPeriod) -> Result<(), MigrateError> {
+    let created_at: Option<String> = conn
+        .exec_first(
+            "SELECT DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = 'created_at'",
+            (&outbox.schema, &outbox.table),
+        )
+        .await?;
+    let found = created_at.unwrap_or_else(|| "missing".to_owned());
+    if !found.eq_ignore_ascii_case("datetime") {
+        return Err(PartitionRefused::CreatedAtType { table: outbox.qualified(), found }.into());
+    }
     let now = partitions::db_now(conn).await?;
     let oldest = partitions::oldest_row(conn, outbox).await?.unwrap_or(now);
     let clause = partitions::partition_clause(period, oldest, now).map_err(PartitionRefused::from)?;

@@ -46,7 +46,13 @@ fn judge(partitioning: &Partitioning, expected: Option<PartitionPeriod>, now: ch
             format!("partitioned {} but outbox.partition = {period}", layout.period),
             format!("set outbox.partition = \"{}\"", layout.period),
         ),
-        (Partitioning::Periods(layout), _) => judge_layout(layout, now),
+        (Partitioning::Periods(layout), None) => Finding::warn(
+            Group::Table,
+            NAME,
+            format!("partitioned {} but outbox.partition is not set", layout.period),
+            format!("set outbox.partition = \"{}\", so that `check` also judges the grants the leader's partition upkeep needs", layout.period),
+        ),
+        (Partitioning::Periods(layout), Some(_)) => judge_layout(layout, now),
     }
 }
 
@@ -101,7 +107,7 @@ mod tests {
         let ok = judge(&layout, Some(PartitionPeriod::Daily), at("2026-12-06 10:00"));
         assert_eq!(ok.level, Level::Ok, "{ok:?}");
         assert!(ok.found.contains("2 periods ahead"), "{ok:?}");
-        let short = judge(&layout, None, at("2026-12-07 10:00"));
+        let short = judge(&layout, Some(PartitionPeriod::Daily), at("2026-12-07 10:00"));
         assert_eq!(short.level, Level::Warn);
         assert!(short.found.contains("land in pfuture"), "{short:?}");
     }
@@ -115,5 +121,7 @@ mod tests {
         assert!(other.fix.as_deref().is_some_and(|fix| fix.contains("\"daily\"")), "{other:?}");
         let plain = judge(&Partitioning::Unpartitioned, None, at("2026-12-06 10:00"));
         assert_eq!(plain.level, Level::Ok);
+        let unset = judge(&daily(&["2026-12-06"]), None, at("2026-12-06 10:00"));
+        assert!(unset.fix.as_deref().is_some_and(|fix| fix.contains("outbox.partition = \"daily\"")), "{unset:?}");
     }
 }

@@ -15,7 +15,7 @@
 //! creation times grow together), in chunks; each chunk's SENT event_ids are looked
 //! up in the dedup table with one `IN (...)`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
@@ -137,14 +137,14 @@ impl Hourly {
             let Some(last) = rows.last().map(|row| row.0) else { break };
             let full = rows.len() == CHUNK;
             after = last;
-            let mut sent: HashMap<String, Bucket> = HashMap::new();
+            let mut sent: Vec<(String, Bucket)> = Vec::new();
             for (_, event_id, topic, status, hour) in rows {
                 let bucket = (hour, topic);
                 let tally = tallies.entry(bucket.clone()).or_default();
                 tally.created += 1;
                 if status == RowStatus::Sent.code() {
                     tally.sent += 1;
-                    sent.insert(event_id, bucket);
+                    sent.push((event_id, bucket));
                 } else if status == RowStatus::Skipped.code() {
                     tally.skipped += 1;
                 }
@@ -249,18 +249,18 @@ impl Hourly {
     }
 }
 
-/// Adds to each SENT event's bucket whether the dedup table has it.
+/// Adds to each SENT row's bucket whether the dedup table has its event.
 async fn count_processed(
     consumer: &mut Conn,
     dedup: &str,
-    sent: HashMap<String, Bucket>,
+    sent: Vec<(String, Bucket)>,
     tallies: &mut BTreeMap<Bucket, Tally>,
 ) -> Result<(), mysql_async::Error> {
-    let ids: Vec<String> = sent.keys().cloned().collect();
+    let ids: Vec<String> = sent.iter().map(|(id, _)| id.clone()).collect();
     let handled = present(consumer, dedup, &ids).await?;
-    for id in handled {
-        if let Some(processed) = sent.get(&id).and_then(|bucket| tallies.get_mut(bucket)) {
-            *processed.processed.get_or_insert(0) += 1;
+    for (id, bucket) in &sent {
+        if let (true, Some(tally)) = (handled.contains(id), tallies.get_mut(bucket)) {
+            *tally.processed.get_or_insert(0) += 1;
         }
     }
     Ok(())
@@ -285,7 +285,7 @@ async fn first_id_since(conn: &mut Conn, outbox: &OutboxTable, since: &str) -> R
             )
             .await?;
         match row {
-            Some((id, false)) => low = id + 1,
+            Some((id, false)) => low = (id + 1).min(high),
             _ => high = middle,
         }
     }

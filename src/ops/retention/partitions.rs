@@ -8,7 +8,9 @@
 //! first such row, until an operator requeues or skips the row. SENT and SKIPPED rows
 //! go with their partition. The check and the drop run under one LOCK TABLES (the
 //! outbox, the lease and the audit table) after the lease's term is checked in it:
-//! no row can change, and no other leader act, in between.
+//! no row can change, and no other leader act, in between. The audit row follows the
+//! drop (a DDL statement commits by itself); a failed audit write fails the tick and
+//! is logged.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -16,12 +18,14 @@ use std::time::Duration;
 use chrono::NaiveDateTime;
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
-use outbox_kit::RowStatus;
 
 use super::Retention;
 use crate::config::PartitionPeriod;
 use crate::ops::manual::{audit, AuditEntry, Operator};
 use crate::store::partitions::{self, Layout, LiveRow, Partition, PERIODS_AHEAD};
+
+/// The longest wait for the table lock a drop takes.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// What became of an expired partition.
 enum Retired {
@@ -74,7 +78,8 @@ impl Upkeep {
         layout: &Layout,
         now: NaiveDateTime,
     ) -> Result<(), mysql_async::Error> {
-        let retention = chrono::Duration::seconds(i64::try_from(job.cleanup.retention_secs).unwrap_or(i64::MAX));
+        let retention = chrono::Duration::try_seconds(i64::try_from(job.cleanup.retention_secs).unwrap_or(i64::MAX))
+            .unwrap_or(chrono::Duration::MAX);
         let mut held = 0;
         for partition in layout.expired(now, retention) {
             match self.drop_expired(job, conn, partition).await? {
@@ -97,28 +102,40 @@ impl Upkeep {
         if !self.warned.insert(partition.name.clone()) {
             return;
         }
-        let status = RowStatus::from_code(row.status).map_or("unknown", RowStatus::name);
+        let status = row.status.name();
         tracing::warn!(partition = %partition.name, row_id = row.id, status, "expired outbox partition kept: row {} is {status}; fix: let it be delivered, or requeue or skip it (`outbox-relay failed list`); the partition is dropped once no such row is left", row.id);
     }
 
-    /// Checks and drops `partition` under one table lock.
+    /// Checks and drops `partition` under one table lock. A partition seen holding a
+    /// live row is not locked at all; the lock waits at most [`LOCK_WAIT`] for
+    /// transactions open on the tables (writes to the outbox wait behind it meanwhile).
     async fn drop_expired(
         &self,
         job: &Retention,
         conn: &mut Conn,
         partition: &Partition,
     ) -> Result<Retired, mysql_async::Error> {
-        conn.query_drop(format!(
-            "LOCK TABLES {} WRITE, {} READ, `{}`.`outbox_relay_audit` WRITE",
-            job.outbox.qualified(),
-            job.fence.table(),
-            job.outbox.schema
-        ))
-        .await?;
-        let retired = self.drop_locked(job, conn, partition).await;
+        if let Some(row) = partitions::live_row(conn, &job.outbox, &partition.name).await? {
+            return Ok(Retired::Held(row));
+        }
+        conn.query_drop(format!("SET SESSION lock_wait_timeout = {}", LOCK_WAIT.as_secs())).await?;
+        let locked = conn
+            .query_drop(format!(
+                "LOCK TABLES {} WRITE, {} READ, `{}`.`outbox_relay_audit` WRITE",
+                job.outbox.qualified(),
+                job.fence.table(),
+                job.outbox.schema
+            ))
+            .await;
+        let retired = match locked {
+            Ok(()) => self.drop_locked(job, conn, partition).await,
+            Err(error) => Err(error),
+        };
         let unlocked = conn.query_drop("UNLOCK TABLES").await;
+        let reset = conn.query_drop("SET SESSION lock_wait_timeout = DEFAULT").await;
         let retired = retired?;
         unlocked?;
+        reset?;
         Ok(retired)
     }
 

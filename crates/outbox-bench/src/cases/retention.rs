@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use mysql_async::prelude::Queryable;
 use outbox_kit::OutboxTable;
-use outbox_relay::config::PartitionPeriod;
+use outbox_relay::config::{DbUrl, PartitionPeriod};
 use outbox_relay::store::{migrate, PartitionPlan};
 use serde::Serialize;
 
@@ -109,7 +109,7 @@ async fn side(rig: &Rig, method: Method) -> anyhow::Result<Side> {
     let mut relay = rig.relay_with(Mode::Binlog, &table, &rig.checkpoint_dir(), &retention_settings(method))?;
     let processes = rig.processes(relay.pid());
     let cpu_before = processes.read()?;
-    let load = Load::start(rig, &table, &workload, rows);
+    let load = Load::start(rig, &table, &workload, rows).await?;
     relay.wait_ready().await?;
     until("every old row retired", Duration::from_secs(3_600), || old_rows_gone(rig, &table, rows)).await?;
     let retired_after = started.elapsed();
@@ -227,15 +227,20 @@ async fn load_latencies_ms(rig: &Rig, table: &OutboxTable, workload: &Workload) 
     Ok(rows.into_iter().map(|us| us as f64 / 1_000.0).collect())
 }
 
-/// Single-row transactions at `--rate` per second over [`WRITERS`] connections.
+/// Single-row transactions at `--rate` per second over [`WRITERS`] connections of a
+/// pool of their own (the rig's is needed meanwhile to watch the table).
 struct Load {
     stop: tokio::sync::watch::Sender<bool>,
     writers: Vec<tokio::task::JoinHandle<anyhow::Result<usize>>>,
+    pool: mysql_async::Pool,
 }
 
 impl Load {
     /// Event numbers start at `first` (above the fill's).
-    fn start(rig: &Rig, table: &OutboxTable, workload: &Workload, first: usize) -> Self {
+    async fn start(rig: &Rig, table: &OutboxTable, workload: &Workload, first: usize) -> anyhow::Result<Self> {
+        let pool = outbox_relay::db::connect("load", &DbUrl::new(&rig.options.db_url), WRITERS)
+            .await
+            .context("the load's connections")?;
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let interval = Duration::from_secs_f64(WRITERS as f64 / rig.options.rate.max(1) as f64);
         let writers = (0..WRITERS)
@@ -256,7 +261,7 @@ impl Load {
                 })
             })
             .collect();
-        Self { stop, writers }
+        Ok(Self { stop, writers, pool })
     }
 
     /// Stops the writers; how many rows they wrote.
@@ -266,6 +271,7 @@ impl Load {
         for writer in self.writers {
             total += writer.await.context("load writer")??;
         }
+        self.pool.disconnect().await.ok();
         Ok(total)
     }
 }

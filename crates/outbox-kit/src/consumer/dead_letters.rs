@@ -2,17 +2,20 @@
 //! more times than it allows goes to the topic `%DLQ%{group}`, which nothing consumes:
 //! its events are lost to the business unless someone replays them. The watch reads
 //! the topic's max offset (the messages it ever received) every few seconds into the
-//! gauge `consumer_dead_letter_max_offset{group}`: 0 until the first dead letter, and
-//! any growth is an event that needs a person (the shipped alert fires on it).
+//! gauge `consumer_dead_letter_max_offset{group}`: absent until the first read, 0 while
+//! the topic does not exist (the broker creates it with the first dead letter), and any
+//! growth is an event that needs a person (the shipped alert fires on it). A read that
+//! fails, or a route that vanishes after the topic was seen, keeps the last value: a
+//! dip to 0 would read as growth once the value came back.
 
 use std::time::Duration;
 
-use prometheus_client::metrics::gauge::Gauge;
 use rocketmq_client_rust::DefaultMQProducer;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::client::{client_config, full_message, ClientError, ClientHost};
+use super::metrics::ConsumerMetrics;
+use crate::client::{client_config, ClientError, ClientHost};
 
 /// How often the dead-letter topic's offset is read.
 pub const EVERY: Duration = Duration::from_secs(5);
@@ -30,8 +33,13 @@ pub struct DeadLetterWatch {
 }
 
 impl DeadLetterWatch {
-    /// Starts reading `%DLQ%{group}` every `every` into `gauge`.
-    pub async fn start(namesrv: &str, group: &str, gauge: Gauge, every: Duration) -> Result<Self, ClientError> {
+    /// Starts reading `%DLQ%{group}` every `every` into `metrics`.
+    pub async fn start(
+        namesrv: &str,
+        group: &str,
+        metrics: ConsumerMetrics,
+        every: Duration,
+    ) -> Result<Self, ClientError> {
         let host = ClientHost::start("rocketmq-dlq-watch")?;
         let mut reader = DefaultMQProducer::builder(host.runtime())
             .client_config(client_config(namesrv))
@@ -43,11 +51,15 @@ impl DeadLetterWatch {
             return Err(ClientError::from_client("start the dead-letter watch", &error));
         }
         let (stop, mut stopped) = oneshot::channel();
-        let topic = topic_of(group);
+        let (group, topic) = (group.to_owned(), topic_of(group));
         let task = tokio::spawn(async move {
             loop {
                 match stored(&mut reader, &topic).await {
-                    Ok(count) => _ = gauge.set(count),
+                    Ok(Some(count)) => metrics.dead_letters_seen(&group, count),
+                    Ok(None) if metrics.dead_letters_of(&group).is_none() => metrics.dead_letters_seen(&group, 0),
+                    Ok(None) => {
+                        tracing::warn!(%topic, "the dead-letter topic has no route any more; the gauge keeps its last value")
+                    }
                     Err(error) => {
                         tracing::warn!(%topic, %error, "cannot read the dead-letter topic's offset; the gauge keeps its last value")
                     }
@@ -73,19 +85,21 @@ impl DeadLetterWatch {
     }
 }
 
-/// Messages `topic` ever stored: the sum of its queues' max offsets; 0 while it does
-/// not exist (the broker creates it with the first dead letter).
-async fn stored(reader: &mut DefaultMQProducer, topic: &str) -> Result<i64, String> {
+/// Messages `topic` ever stored: the sum of its queues' max offsets; `None` while it
+/// has no route.
+async fn stored(reader: &mut DefaultMQProducer, topic: &str) -> Result<Option<i64>, ClientError> {
     let queues = match reader.fetch_publish_message_queues(topic).await {
         Ok(queues) => queues,
-        Err(error) if is_missing_route(&full_message(&error)) => return Ok(0),
-        Err(error) => return Err(full_message(&error)),
+        Err(error) => {
+            let error = ClientError::from_client("fetch the dead-letter topic's route", &error);
+            return if is_missing_route(&error.detail) { Ok(None) } else { Err(error) };
+        }
     };
     let mut total = 0;
     for queue in &queues {
-        total += reader.max_offset(queue).await.map_err(|e| full_message(&e))?;
+        total += reader.max_offset(queue).await.map_err(|e| ClientError::from_client("read a max offset", &e))?;
     }
-    Ok(total)
+    Ok(Some(total))
 }
 
 fn is_missing_route(detail: &str) -> bool {

@@ -152,7 +152,7 @@ impl<H: EventHandler> IdempotentConsumer<H> {
         let spec = Subscribe {
             consumption: self.consumption,
             dead_letter_after: self.dead_letter_after,
-            dead_letters: Some(self.metrics.dead_letters_of(group)),
+            dead_letters: Some(self.metrics.clone()),
             ..Subscribe::new(namesrv, group, topic, from)
         };
         Subscription::start(spec, move |delivery: &Delivery| runtime.block_on(self.process(delivery)).ack()).await

@@ -63,9 +63,15 @@ impl ConsumerMetrics {
         metrics
     }
 
-    /// The dead-letter gauge of `group`.
-    pub fn dead_letters_of(&self, group: &str) -> Gauge {
-        self.dead_letters.get_or_create(&GroupLabel { group: group.to_owned() }).clone()
+    /// Messages `group`'s dead-letter topic ever received, as last read (`None` before
+    /// the first read).
+    pub fn dead_letters_of(&self, group: &str) -> Option<i64> {
+        self.dead_letters.get(&GroupLabel { group: group.to_owned() }).map(|gauge| gauge.get())
+    }
+
+    /// Records a read of `group`'s dead-letter topic.
+    pub fn dead_letters_seen(&self, group: &str, count: i64) {
+        self.dead_letters.get_or_create(&GroupLabel { group: group.to_owned() }).set(count);
     }
 }
 
@@ -80,7 +86,7 @@ mod tests {
         let metrics = ConsumerMetrics::register(&mut registry);
         metrics.processed.inc();
         metrics.dedup_hits.inc_by(4);
-        metrics.dead_letters_of("benefits").set(2);
+        metrics.dead_letters_seen("benefits", 2);
         let text = render(&registry);
         for line in [
             "consumer_processed_total 1",

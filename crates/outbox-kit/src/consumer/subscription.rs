@@ -2,13 +2,13 @@
 //! them to a [`Handler`], orderly or concurrently (see `consumption`), with the group's
 //! dead-letter topic watched when given a gauge (see `dead_letters`).
 
-use prometheus_client::metrics::gauge::Gauge;
 use rocketmq_client_rust::DefaultMQPushConsumer;
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 
 use super::consumption::Consumption;
 use super::dead_letters::{self, DeadLetterWatch};
 use super::delivery::Handler;
+use super::metrics::ConsumerMetrics;
 use crate::client::{client_config, ClientError, ClientHost};
 
 /// Where a new consumer group starts reading.
@@ -21,7 +21,7 @@ pub enum StartFrom {
 }
 
 /// What a subscription consumes, and how.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Subscribe<'a> {
     pub namesrv: &'a str,
     pub group: &'a str,
@@ -31,8 +31,8 @@ pub struct Subscribe<'a> {
     /// Under [`Consumption::Concurrent`]: how many redeliveries a message gets before
     /// the broker moves it to the group's dead-letter topic (`None`: the client's 16).
     pub dead_letter_after: Option<u32>,
-    /// The gauge the group's dead-letter watch sets (`None`: no watch).
-    pub dead_letters: Option<Gauge>,
+    /// Where the group's dead-letter watch reports (`None`: no watch).
+    pub dead_letters: Option<ConsumerMetrics>,
 }
 
 impl<'a> Subscribe<'a> {
@@ -62,7 +62,9 @@ impl Subscription {
     /// `spec` says.
     pub async fn start<H: Handler>(spec: Subscribe<'_>, handler: H) -> Result<Self, ClientError> {
         let watch = match spec.dead_letters.clone() {
-            Some(gauge) => Some(DeadLetterWatch::start(spec.namesrv, spec.group, gauge, dead_letters::EVERY).await?),
+            Some(metrics) => {
+                Some(DeadLetterWatch::start(spec.namesrv, spec.group, metrics, dead_letters::EVERY).await?)
+            }
             None => None,
         };
         let host = ClientHost::start("rocketmq-consumer")?;
