@@ -5,8 +5,8 @@
 //! | 0 | clean exit (including SIGTERM / Ctrl-C) | |
 //! | 1 | a bug: a task panicked, or an unexpected internal error | read the log line, file a bug; restarting is safe |
 //! | 2 | bad configuration or usage | fix the key the message names |
-//! | 3 | a dependency is unreachable (database, broker) | start it / fix the address; restarting is safe |
-//! | 4 | the environment is wrong (credentials, database name, MySQL settings, privileges, table (or its partitioning, for `migrate`), a changed pinned queue count; a missing topic for `check` and `admin` only), or `check` found a FAIL | fix what the message names; restarting before that cannot help |
+//! | 3 | a dependency is unreachable (database, broker), or a leader ordered to hand over did not let go in time | start it / fix the address; restarting is safe |
+//! | 4 | the environment is wrong (credentials, database name, MySQL settings, privileges, table (or its partitioning, for `migrate`), a changed pinned queue count; a missing topic for `check` and `admin` only; no leader to hand over, or no standby to take over), or `check` found a FAIL | fix what the message names; restarting before that cannot help |
 //! | 5 | the local checkpoint is unreadable | move the checkpoint directory aside (the message says what follows) |
 //! | 6 | a second SIGTERM / Ctrl-C during the drain: stopped at once | nothing: the next leader resumes from the last checkpoint (duplicates at most, no loss) |
 //! | 7 | `reconcile` found differences between the outbox and the consumer's dedup table, or `verify` found SENT rows the broker does not have | look into the events or rows it lists |
@@ -14,6 +14,7 @@
 use crate::config::ConfigError;
 use crate::db::DbError;
 use crate::error::RelayError;
+use crate::ops::orders::OrderError;
 use crate::ops::position::PositionError;
 use crate::ops::reconcile::{DifferencesFound, WindowError};
 use crate::ops::verify::NotOnBroker;
@@ -74,6 +75,9 @@ fn direct_class(e: &(dyn std::error::Error + 'static)) -> Option<ExitClass> {
     if let Some(position) = e.downcast_ref::<PositionError>() {
         return Some(position_class(position));
     }
+    if let Some(order) = e.downcast_ref::<OrderError>() {
+        return Some(order_class(order));
+    }
     if let Some(db) = e.downcast_ref::<DbError>() {
         return Some(db_class(db));
     }
@@ -96,12 +100,7 @@ fn direct_class(e: &(dyn std::error::Error + 'static)) -> Option<ExitClass> {
 fn db_class(error: &DbError) -> ExitClass {
     match error {
         DbError::Unreachable { .. } => ExitClass::DependencyDown,
-        // A lock wait timeout or a deadlock passes: trying again helps.
-        DbError::Query { source: mysql_async::Error::Server(e), .. } if [1205, 1213].contains(&e.code) => {
-            ExitClass::DependencyDown
-        }
-        DbError::Query { source: mysql_async::Error::Server(_), .. } => ExitClass::Environment,
-        DbError::Query { .. } => ExitClass::DependencyDown,
+        DbError::Query { source, .. } => query_class(source),
         DbError::AccessDenied { .. }
         | DbError::DatabaseDenied { .. }
         | DbError::UnknownDatabase { .. }
@@ -111,6 +110,25 @@ fn db_class(error: &DbError) -> ExitClass {
         | DbError::TlsHostMismatch { .. }
         | DbError::TlsSetup { .. } => ExitClass::Environment,
         DbError::TlsFile { .. } => ExitClass::Config,
+    }
+}
+
+/// A statement that failed: the server's refusal is the environment's fault, unless it
+/// is a lock wait timeout or a deadlock (trying again helps); no answer at all is a
+/// dependency down.
+fn query_class(error: &mysql_async::Error) -> ExitClass {
+    match error {
+        mysql_async::Error::Server(e) if [1205, 1213].contains(&e.code) => ExitClass::DependencyDown,
+        mysql_async::Error::Server(_) => ExitClass::Environment,
+        _ => ExitClass::DependencyDown,
+    }
+}
+
+fn order_class(error: &OrderError) -> ExitClass {
+    match error {
+        OrderError::Db(error) => query_class(error),
+        OrderError::NoLeader | OrderError::NoStandby { .. } => ExitClass::Environment,
+        OrderError::NotHandedOver { .. } => ExitClass::DependencyDown,
     }
 }
 

@@ -27,7 +27,7 @@
 //! `cli` sits above them all): `exit` → `relay` → `ops` → `coordinator` → `supervise` → `http` → `error` →
 //! `checkpoint` → `source` → `lanes` → `write_back` → `leader` → `health` → `store` →
 //! `metrics` → `rocketmq` → the leaves (`fault`, `findings`, `server`, `db`, `event`,
-//! `config`, `backoff`, `time`). A stage imports the types of the stages it hands to,
+//! `config`, `backoff`, `time`, `said_once`). A stage imports the types of the stages it hands to,
 //! so the pipeline's last stages sit lowest.
 
 #![recursion_limit = "512"]
@@ -50,6 +50,7 @@ pub(crate) mod metrics;
 pub mod ops;
 pub mod relay;
 pub mod rocketmq;
+pub(crate) mod said_once;
 pub(crate) mod server;
 pub(crate) mod source;
 pub mod store;

@@ -225,7 +225,7 @@ async fn rows_committed_while_the_relay_is_stopped_stay_pending_then_are_sent_on
     let metrics = relay.http_get("/metrics");
     for line in [
         "relay_events_published_total{path=\"binlog\"} 20",
-        "relay_failed_total{reason=\"retries_exhausted\"} 0",
+        "relay_failed_events_total{reason=\"retries_exhausted\"} 0",
         "outbox_oldest_pending_seconds",
     ] {
         assert!(metrics.contains(line), "{line} missing from /metrics:\n{metrics}");

@@ -1,12 +1,17 @@
 //! The deployment files stay valid and match the documents: the compose file parses
-//! (`docker-compose config`, no engine needed), the image is built with the
-//! README's own build command, the alert rules pass promtool's check and their unit
+//! (`docker-compose config`, no engine needed) and holds no secret, the Kubernetes
+//! overlays render (`kubectl kustomize`, no cluster needed) into manifests that pass
+//! the Kubernetes schemas (`kubernetes-validate`, from PyPI) at the restricted Pod
+//! Security level with no Secret in them, the image is built with the README's own
+//! build command, the alert rules pass promtool's check and their unit
 //! tests, the Grafana dashboard is well formed, and every metric the alerts and the
 //! dashboard use is one the metrics table of docs/operations.md documents.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
+
+use serde::Deserialize;
 
 /// Where the metrics table is (`| metric | meaning |`).
 const METRICS_TABLE: &str = "docs/operations.md";
@@ -19,33 +24,195 @@ fn repo_file(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
-#[test]
-fn the_compose_file_is_valid() {
-    let output = Command::new("docker-compose")
-        .args(["--file", "docker-compose.yml", "config", "--quiet"])
+/// The demo secrets the compose file mounts: (name, value).
+fn compose_secrets() -> Vec<(String, String)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/compose/secrets");
+    let mut secrets: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.extension().is_none())
+        .map(|path| {
+            let value = std::fs::read_to_string(&path).expect("a secret file");
+            (path.file_name().expect("a name").to_string_lossy().into_owned(), value.trim_end().to_owned())
+        })
+        .collect();
+    secrets.sort();
+    secrets
+}
+
+/// Runs `program ARGS` in the repository; its standard output, failing with its
+/// standard error unless it succeeds. `fix` says how to get the program.
+fn run(program: &str, args: &[&str], fix: &str) -> String {
+    let output = Command::new(program)
+        .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
-        .unwrap_or_else(|e| panic!("run docker-compose ({e}); scripts/stack up installs Debian's docker-compose"));
-    assert!(output.status.success(), "docker-compose config: {}", String::from_utf8_lossy(&output.stderr));
+        .unwrap_or_else(|e| panic!("run {program} ({e}): {fix}"));
+    assert!(output.status.success(), "{program} {}: {}", args.join(" "), String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn the_compose_file_is_valid_and_holds_no_secret() {
+    let fix = "scripts/stack up installs Debian's docker-compose";
+    let config = run("docker-compose", &["--file", "docker-compose.yml", "config"], fix);
+    let secrets = compose_secrets();
+    assert!(secrets.len() >= 4, "the compose stack's secrets are files: {secrets:?}");
+    for (name, value) in &secrets {
+        assert!(!config.contains(value.as_str()), "the secret {name} appears in `docker-compose config`:\n{config}");
+    }
+    let compose: serde_yaml::Value = serde_yaml::from_str(&config).expect("docker-compose config prints YAML");
+    let services = compose["services"].as_mapping().expect("services");
+    let built: Vec<&serde_yaml::Value> =
+        services.iter().filter(|(_, s)| !s["build"].is_null()).map(|(n, _)| n).collect();
+    assert_eq!(built.len(), 1, "one service builds the relay's image, the others use it: {built:?}");
+    let image = |name: &str| compose["services"][name]["image"].as_str().unwrap_or_default().to_owned();
+    for relay in ["topics", "migrate", "relay", "relay-standby"] {
+        assert_eq!(image(relay), "outbox-relay:local", "{relay} runs the one image");
+    }
+    let broker = &compose["services"]["broker"];
+    let text = |value: &serde_yaml::Value| serde_yaml::to_string(value).expect("YAML");
+    assert!(text(&broker["volumes"]).contains("/home/rocketmq/store"), "the broker's store is a volume: {broker:?}");
+    assert!(text(&broker["environment"]).contains("-Xmx"), "the broker's heap is capped: {broker:?}");
+    assert!(text(&broker["healthcheck"]).contains("clusterList"), "healthy once registered: {broker:?}");
+    let topics = text(&compose["services"]["topics"]["command"]);
+    assert!(topics.contains("create-topic"), "the relay's own admin create-topic makes the topic: {topics}");
+    let grafana = text(&compose["services"]["grafana"]);
+    assert!(grafana.contains("provisioning") && grafana.contains("outbox-relay.json"), "{grafana}");
+}
+
+/// The overlays of deploy/kubernetes: one per database.
+const OVERLAYS: [&str; 2] = ["deploy/kubernetes/overlays/orders", "deploy/kubernetes/overlays/payments"];
+
+const KUBECTL_FIX: &str = "install kubectl 1.27 or later (its kustomize renders the overlays; no cluster needed)";
+
+/// An overlay rendered by `kubectl kustomize`, as its documents.
+fn rendered(overlay: &str) -> (String, Vec<serde_yaml::Value>) {
+    let text = run("kubectl", &["kustomize", overlay], KUBECTL_FIX);
+    let documents = serde_yaml::Deserializer::from_str(&text)
+        .map(|document| serde_yaml::Value::deserialize(document).expect("rendered YAML"))
+        .collect();
+    (text, documents)
+}
+
+fn of_kind<'a>(documents: &'a [serde_yaml::Value], kind: &str) -> Vec<&'a serde_yaml::Value> {
+    documents.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+#[test]
+fn the_kubernetes_overlays_render_valid_restricted_manifests_without_secrets() {
+    let validate = std::env::var("OUTBOX_RELAY_KUBERNETES_VALIDATE").unwrap_or_else(|_| "kubernetes-validate".into());
+    let mut names = BTreeSet::new();
+    for overlay in OVERLAYS {
+        let (text, documents) = rendered(overlay);
+        let file = std::env::temp_dir().join(format!("{}.yaml", outbox_test_support::unique("overlay")));
+        std::fs::write(&file, &text).expect("write the rendered overlay");
+        let path = file.display().to_string();
+        let checked =
+            run(&validate, &["--strict", "--quiet", &path], "scripts/stack up installs kubernetes-validate (PyPI)");
+        assert!(!checked.contains("ERROR"), "{overlay} does not validate:\n{checked}");
+        std::fs::remove_file(&file).ok();
+        assert!(of_kind(&documents, "Secret").is_empty(), "{overlay} renders no Secret (it references one):\n{text}");
+        for kind in ["StatefulSet", "Service", "Job", "PodDisruptionBudget", "ConfigMap"] {
+            assert_eq!(of_kind(&documents, kind).len(), 1, "{overlay} renders one {kind}");
+        }
+        let set = of_kind(&documents, "StatefulSet")[0];
+        let service = of_kind(&documents, "Service")[0];
+        assert_eq!(set["spec"]["serviceName"], service["metadata"]["name"], "the StatefulSet's Service exists");
+        for workload in [set, of_kind(&documents, "Job")[0]] {
+            assert_restricted(overlay, workload);
+        }
+        let image = set["spec"]["template"]["spec"]["containers"][0]["image"].as_str().unwrap_or_default();
+        assert!(image.contains('/') && !image.ends_with(":latest"), "{overlay}: a registry and a version: {image}");
+        names.insert(set["metadata"]["name"].as_str().unwrap_or_default().to_owned());
+    }
+    assert_eq!(names.len(), OVERLAYS.len(), "each database's fleet has names of its own: {names:?}");
+}
+
+/// The pod of `workload` meets the "restricted" Pod Security Standard.
+fn assert_restricted(overlay: &str, workload: &serde_yaml::Value) {
+    let pod = &workload["spec"]["template"]["spec"];
+    let name = workload["metadata"]["name"].as_str().unwrap_or_default();
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{overlay} {name}: runAsNonRoot");
+    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault", "{overlay} {name}: seccomp");
+    for container in pod["containers"].as_sequence().expect("containers") {
+        let context = &container["securityContext"];
+        assert_eq!(context["allowPrivilegeEscalation"], false, "{overlay} {name}: no privilege escalation");
+        assert_eq!(context["capabilities"]["drop"][0], "ALL", "{overlay} {name}: every capability dropped");
+    }
+}
+
+#[test]
+fn the_monitoring_component_carries_the_alert_rules_and_scrapes_the_relays() {
+    let (_, documents) = rendered(OVERLAYS[0]);
+    let rule = of_kind(&documents, "PrometheusRule");
+    let alerts: serde_yaml::Value = serde_yaml::from_str(&repo_file(ALERTS)).expect("alerts.yml");
+    let generated = prometheus_rule(&repo_file(ALERTS));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(PROMETHEUS_RULE);
+    if std::env::var_os("OUTBOX_RELAY_BLESS").is_some() {
+        std::fs::write(&path, &generated).expect("write the PrometheusRule");
+    }
+    assert_eq!(
+        repo_file(PROMETHEUS_RULE),
+        generated,
+        "{PROMETHEUS_RULE} is behind {ALERTS}: run `OUTBOX_RELAY_BLESS=1 cargo test --test deploy`"
+    );
+    assert_eq!(rule.len(), 1, "the orders overlay has the monitoring component");
+    assert_eq!(rule[0]["spec"]["groups"], alerts["groups"], "the PrometheusRule holds the alert rules");
+    let monitor = of_kind(&documents, "PodMonitor");
+    let set = of_kind(&documents, "StatefulSet")[0];
+    let port = &set["spec"]["template"]["spec"]["containers"][0]["ports"][0]["name"];
+    assert_eq!(monitor.len(), 1);
+    assert_eq!(&monitor[0]["spec"]["podMetricsEndpoints"][0]["port"], port, "the PodMonitor scrapes the relay's port");
+    let (_, without) = rendered(OVERLAYS[1]);
+    assert!(of_kind(&without, "PrometheusRule").is_empty(), "the component is optional");
+}
+
+/// The component's PrometheusRule, generated from alerts.yml.
+const PROMETHEUS_RULE: &str = "deploy/kubernetes/components/monitoring/prometheusrule.yaml";
+
+/// `alerts` (alerts.yml) as a PrometheusRule: its `groups`, indented under `spec`.
+fn prometheus_rule(alerts: &str) -> String {
+    let groups = alerts.lines().skip_while(|line| *line != "groups:");
+    let spec: Vec<String> =
+        groups.map(|line| if line.is_empty() { String::new() } else { format!("  {line}") }).collect();
+    format!(
+        "# Generated from deploy/prometheus/alerts.yml by tests/deploy.rs; do not edit: change\n\
+         # alerts.yml, then run `OUTBOX_RELAY_BLESS=1 cargo test --test deploy`.\n\
+         apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata:\n  name: outbox-relay\nspec:\n{}\n",
+        spec.join("\n").trim_end()
+    )
 }
 
 #[test]
 fn the_image_is_built_with_the_readmes_build_command() {
     assert!(repo_file("README.md").contains(BUILD_COMMAND), "the README gives the build command");
     let dockerfile = repo_file("Dockerfile");
+    // The instructions themselves, continued lines joined: not comments that mention them.
+    let instructions: Vec<String> = dockerfile
+        .replace("\\\n", " ")
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    let last_build = instructions.iter().rposition(|line| line.contains(BUILD_COMMAND)).expect("a build");
+    assert_eq!(instructions[last_build], format!("RUN {BUILD_COMMAND}"), "the build stage runs the README's command");
+    let copy_all = instructions.iter().position(|line| line == "COPY . .").expect("the sources are copied");
     assert!(
-        dockerfile.lines().any(|line| line.trim() == format!("RUN {BUILD_COMMAND}")),
-        "the Dockerfile's build stage runs the README's build command:\n{dockerfile}"
+        instructions[..copy_all].iter().any(|line| line.contains(BUILD_COMMAND)),
+        "the dependencies are built before the sources are copied, in a layer of their own:\n{dockerfile}"
     );
-    for line in ["USER relay", "STOPSIGNAL SIGTERM", "VOLUME /var/lib/outbox-relay"] {
-        assert!(dockerfile.contains(line), "the image has `{line}`");
+    for line in ["USER 10001", "STOPSIGNAL SIGTERM", "VOLUME /var/lib/outbox-relay"] {
+        assert!(instructions.iter().any(|i| i == line), "the image has `{line}`");
     }
-    // The instruction itself, continued lines joined: not a comment that mentions it.
-    let instructions = dockerfile.replace("\\\n", " ");
-    let healthcheck = instructions.lines().find(|line| line.starts_with("HEALTHCHECK ")).expect("a HEALTHCHECK");
     assert!(
-        healthcheck.split_once(" CMD ").is_some_and(|(_, command)| command.contains("/readyz")),
-        "the image's health check asks /readyz: {healthcheck}"
+        !instructions.iter().any(|line| line.starts_with("COPY") && line.contains("config/")),
+        "the image holds no configuration (it is mounted):\n{dockerfile}"
+    );
+    let healthcheck = instructions.iter().find(|line| line.starts_with("HEALTHCHECK ")).expect("a HEALTHCHECK");
+    assert!(
+        healthcheck.split_once(" CMD ").is_some_and(|(_, command)| command.contains("/healthz")),
+        "the image's health check asks /healthz (liveness; /readyz fails during a broker outage): {healthcheck}"
     );
 }
 
@@ -179,5 +346,27 @@ fn every_metric_the_alerts_and_dashboard_use_is_in_the_documented_metrics_table(
             undocumented.is_empty(),
             "{file} uses metrics the metrics table of {METRICS_TABLE} does not list: {undocumented:?}"
         );
+    }
+}
+
+#[test]
+fn the_systemd_unit_is_notified_watched_and_takes_its_passwords_as_credentials() {
+    let unit = repo_file("deploy/systemd/outbox-relay.service");
+    let settings: Vec<&str> = unit.lines().filter(|line| !line.starts_with('#')).collect();
+    for setting in ["Type=notify", "NotifyAccess=main", "RestartPreventExitStatus=2 4 5", "KillSignal=SIGTERM"] {
+        assert!(settings.contains(&setting), "the unit has {setting}");
+    }
+    assert!(settings.iter().any(|s| s.starts_with("WatchdogSec=")), "the unit has a watchdog");
+    assert!(!settings.iter().any(|s| s.starts_with("EnvironmentFile=")), "no passwords in an environment file");
+    let model = repo_file("deploy/systemd/relay.toml");
+    let credentials: Vec<&str> = settings
+        .iter()
+        .filter_map(|s| s.strip_prefix("LoadCredential="))
+        .filter_map(|credential| credential.split_once(':').map(|(name, _)| name))
+        .collect();
+    assert_eq!(credentials.len(), 2, "a credential per password: {credentials:?}");
+    for name in credentials {
+        let path = format!("\"/run/credentials/outbox-relay.service/{name}\"");
+        assert!(model.contains(&path), "relay.toml reads the credential {name} at {path}");
     }
 }

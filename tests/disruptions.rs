@@ -113,7 +113,10 @@ async fn broker_down_marks_nothing_sent_and_everything_is_delivered_after_it_ret
     })
     .await;
     collector.wait_distinct(&format!("{prefix}-"), 60, Duration::from_secs(120)).await;
-    assert!(relay.metric("relay_retries_total{class=\"outage\"}") > 0.0, "the relay held the batch and retried it");
+    assert!(
+        relay.metric("relay_batch_retries_total{class=\"outage\"}") > 0.0,
+        "the relay held the batch and retried it"
+    );
     scenario.finish(relay).await;
     collector.shutdown().await;
 }
@@ -354,6 +357,50 @@ async fn one_broker_down_holds_only_its_queues_even_across_a_relay_restart() {
     scenario.finish(relay).await;
 }
 
+/// One broker of two killed for a minute under load: the relay's log, a file here,
+/// holds a handful of lines about it (the broker down, the broker back; the RocketMQ
+/// client's own repeats thinned), none with a terminal's escape codes; every event
+/// arrives in per-key order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_killed_for_a_minute_under_load_costs_a_handful_of_plain_log_lines() {
+    let _serial = SERIAL.lock().await;
+    let scenario = Scenario::consumed("quiet_log").await;
+    let Scenario { outbox, events, .. } = &scenario;
+    let options = scenario.options().env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 1_000);
+    let mut relay = scenario.relay_with(&options).await;
+    let load = Load::started(outbox, events, 50, 100).await;
+    let lines_before = relay.log_text().lines().count();
+
+    let outage = BrokerOutage::killed(BROKER_B).await;
+    let down_since = tokio::time::Instant::now();
+    relay.wait_readiness_with(false, "broker broker-b", Duration::from_secs(20)).await;
+    // The outage is the scenario: it lasts a minute whatever the relay does meanwhile.
+    tokio::time::sleep_until(down_since + Duration::from_secs(60)).await;
+    drop(outage);
+    relay.wait_readiness(true, Duration::from_secs(60)).await;
+    let written = load.finish().await;
+    all_sent(outbox, written, Duration::from_secs(120)).await;
+    let deliveries = consumed_all(scenario.collector(), events, written, Duration::from_secs(120)).await;
+    scenario.assert_per_key_order(&deliveries).await;
+
+    let log = relay.log_text();
+    assert!(!log.contains('\u{1b}'), "a log written to a file has no escape codes:\n{log}");
+    // The coordinator's progress line, once a minute, is there with or without an outage.
+    let outage_lines: Vec<&str> =
+        log.lines().skip(lines_before).filter(|line| !line.contains("outbox_relay::coordinator: progress")).collect();
+    println!("{} log lines from the broker's kill to the end:\n{}", outage_lines.len(), outage_lines.join("\n"));
+    assert!(
+        outage_lines.len() <= 5,
+        "a one-minute broker outage took {} log lines:\n{}",
+        outage_lines.len(),
+        outage_lines.join("\n")
+    );
+    for said in ["broker broker-b is down", "broker broker-b is back"] {
+        assert!(outage_lines.iter().any(|line| line.contains(said)), "the log says {said:?}:\n{log}");
+    }
+    scenario.finish(relay).await;
+}
+
 /// The replica stops applying for twice the takeover delay under load. Its binlog
 /// stream stays open and idle, so nothing says the binlog path passed the rows the
 /// primary committed meanwhile: the sweep waits instead of publishing them ahead of
@@ -482,9 +529,15 @@ async fn a_configured_topic_deleted_under_load_is_held_and_flows_again_once_crea
     assert!(body.contains("held"), "the topic's events are held: {body}");
     none_failed_throughout(outbox, "no row FAILED while its topic is missing", Duration::from_secs(5)).await;
 
-    outbox_relay::ops::admin::create_topic(&stack.namesrv, "DefaultCluster", &events.topic, 8, None)
-        .await
-        .expect("create the topic again");
+    outbox_relay::ops::admin::create_topic(
+        outbox_relay::ops::admin::NameServer::unsigned(&stack.namesrv),
+        "DefaultCluster",
+        &events.topic,
+        8,
+        None,
+    )
+    .await
+    .expect("create the topic again");
     let written = load.finish().await;
     all_sent(outbox, written, Duration::from_secs(120)).await;
     assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "no row FAILED");
@@ -572,7 +625,7 @@ fn lanes_in_flight(relay: &RelayProcess) -> f64 {
 
 /// Every failure counter of the relay, summed: FAILED rows by any reason.
 fn failed(relay: &RelayProcess) -> f64 {
-    relay.metric_sum("relay_failed_total")
+    relay.metric_sum("relay_failed_events_total")
 }
 
 /// Idle, load, broker down, relay restarted, the replica's SQL thread stopped: each
@@ -610,6 +663,10 @@ async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
     for (name, value) in [
         ("relay_leader", 1.0),
         ("relay_ready", 1.0),
+        ("relay_paused", 0.0),
+        ("relay_binlog_connected", 1.0),
+        ("relay_in_flight_bytes", 0.0),
+        ("relay_in_flight_bytes_limit", 268_435_456.0),
         ("outbox_oldest_pending_seconds", 0.0),
         ("outbox_rows{status=\"pending\"}", 0.0),
         ("outbox_rows{status=\"failed\"}", 0.0),
@@ -628,27 +685,35 @@ async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
     assert!((before.cpu_seconds..=after.cpu_seconds).contains(&idle_cpu), "{idle_cpu} s within {before:?} {after:?}");
     assert!(resident > 1e6 && resident <= after.peak_resident_bytes as f64, "{resident} bytes, {after:?}");
     assert!(relay.metric("process_threads") >= 2.0, "worker, blocking and client threads");
+    let peak = relay.metric("process_resident_memory_max_bytes");
+    assert!(peak >= resident, "the peak {peak} is at least the resident memory {resident}");
+    let (open_fds, max_fds) = (relay.metric("process_open_fds"), relay.metric("process_max_fds"));
+    assert!(open_fds > 3.0 && open_fds < max_fds, "{open_fds} descriptors open of {max_fds}");
+    let started = relay.metric("process_start_time_seconds");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64();
+    assert!((now - 600.0..=now).contains(&started), "started at {started}, now {now}");
 
     // Load: every event published, each with its commit-to-ack time and its send.
     let load = Load::started(outbox, events, 10, 50).await;
     let (retries_before, errors_before) = (
-        relay.metric("relay_retries_total{class=\"outage\"}"),
-        relay.metric("relay_send_status_total{status=\"ERROR\"}"),
+        relay.metric("relay_batch_retries_total{class=\"outage\"}"),
+        relay.metric("relay_send_batches_total{status=\"ERROR\"}"),
     );
-    assert!(relay.metric("relay_send_status_total{status=\"SEND_OK\"}") >= 1.0, "sends answered SEND_OK");
+    assert!(relay.metric("relay_send_batches_total{status=\"SEND_OK\"}") >= 1.0, "sends answered SEND_OK");
 
     // The broker down: nothing fails, everything waits, and the waiting shows.
     let outage = BrokerOutage::begin().await;
     eventually("the outage in every lag", Duration::from_secs(40), || async {
         let waiting = relay.metric("relay_ready") == 0.0
-            && relay.metric("relay_retries_total{class=\"outage\"}") > retries_before
-            && relay.metric("relay_send_status_total{status=\"ERROR\"}") > errors_before
+            && relay.metric("relay_batch_retries_total{class=\"outage\"}") > retries_before
+            && relay.metric("relay_send_batches_total{status=\"ERROR\"}") > errors_before
             && relay.metric("outbox_oldest_pending_seconds") > 3.0
             && relay.metric("outbox_rows{status=\"pending\"}") > 0.0
             && relay.metric("relay_checkpoint_age_seconds") > 3.0
             && relay.metric("relay_binlog_expiry_headroom_seconds") < headroom - 3.0
             && relay.metric("relay_binlog_lag_seconds") > 3.0
             && relay.metric("relay_binlog_behind_bytes") > 0.0
+            && relay.metric("relay_in_flight_bytes") > 0.0
             && lanes_in_flight(&relay) > 0.0;
         waiting.then_some(())
     })
@@ -671,12 +736,15 @@ async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
     .await;
     let published = relay.metric_sum("relay_events_published_total");
     assert!(published >= written as f64, "every event published ({published} of {written})");
+    let read = relay.metric_sum("relay_events_read_total");
+    assert!(read >= published, "every event published was read ({read} read, {published} published)");
+    assert_eq!(relay.metric("relay_in_flight_bytes"), 0.0, "every byte read is acknowledged");
     let busy_cpu = relay.metric("process_cpu_seconds_total");
     assert!(busy_cpu > idle_cpu, "the load took CPU: {idle_cpu} s, then {busy_cpu} s");
     assert_eq!(relay.metric("relay_commit_to_ack_seconds_count"), published, "one latency per published event");
     let mean = relay.metric("relay_commit_to_ack_seconds_sum") / published;
     assert!(mean > 0.0 && mean < 60.0, "a mean commit-to-ack in the outage's range: {mean}");
-    let sends = relay.metric_sum("relay_send_status_total");
+    let sends = relay.metric_sum("relay_send_batches_total");
     assert_eq!(relay.metric("relay_send_seconds_count"), sends, "every send timed");
     assert_eq!(failed(&relay), 0.0);
 

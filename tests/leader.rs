@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::command::{cli, stdout};
 use common::events::consumed_all;
 use common::load::Load;
 use common::outbox::TestOutbox;
@@ -68,6 +69,32 @@ fn term_spans(deliveries: &[Delivery]) -> BTreeMap<u64, (i64, i64)> {
         span.1 = span.1.max(d.store_timestamp);
     }
     spans
+}
+
+/// Checks that the terms that published did so one after the other, each message
+/// stored while the lease table (`held`, see [`LeaseWatch`]) gave its term the lease;
+/// the terms that published, in order.
+fn one_publisher_at_a_time(deliveries: &[Delivery], held: &BTreeMap<u64, (i64, i64)>) -> Vec<u64> {
+    let ordered: Vec<(u64, (i64, i64))> = term_spans(deliveries).into_iter().collect();
+    for pair in ordered.windows(2) {
+        let ((earlier, (_, last)), (later, (first_of_later, _))) = (pair[0], pair[1]);
+        assert!(
+            last <= first_of_later,
+            "term {earlier} still published at {last} after term {later} began at {first_of_later}"
+        );
+    }
+    for d in deliveries.iter().filter(|d| d.reconsume_times == 0) {
+        let term = d.relay_term.unwrap_or_default();
+        let (from, until) =
+            held.get(&term).copied().unwrap_or_else(|| panic!("term {term} never held the lease: {held:?}"));
+        assert!(
+            from - SAMPLING_SLACK_MS <= d.store_timestamp && d.store_timestamp <= until,
+            "{} of term {term} stored at {} outside its lease {from}..{until}",
+            d.event_id,
+            d.store_timestamp
+        );
+    }
+    ordered.into_iter().map(|(term, _)| term).collect()
 }
 
 /// How late the watch may first see a new term (its polling period, and then some).
@@ -144,33 +171,69 @@ async fn three_instances_publish_one_term_at_a_time_under_load_and_lose_nothing(
 
     scenario.all_sent(written).await;
     let deliveries = consumed_all(scenario.collector(), events, written, Duration::from_secs(120)).await;
-    let spans = term_spans(&deliveries);
-    assert_eq!(spans.len(), 3, "three leaderships published: {spans:?}");
-    let ordered: Vec<(u64, (i64, i64))> = spans.into_iter().collect();
-    for pair in ordered.windows(2) {
-        let ((earlier, (_, last)), (later, (first_of_later, _))) = (pair[0], pair[1]);
-        assert!(
-            last <= first_of_later,
-            "term {earlier} still published at {last} after term {later} began at {first_of_later}"
-        );
-    }
+    let terms = one_publisher_at_a_time(&deliveries, &leases.finish().await);
+    assert_eq!(terms.len(), 3, "three leaderships published: {terms:?}");
     let (_, lease_term, _) = lease_row(outbox).await;
-    assert_eq!(Some(lease_term), ordered.last().map(|t| t.0), "the lease table names the last publisher's term");
-    // Every message was stored while the lease table gave its term the lease.
-    let held = leases.finish().await;
-    for d in deliveries.iter().filter(|d| d.reconsume_times == 0) {
-        let term = d.relay_term.unwrap_or_default();
-        let (from, until) =
-            held.get(&term).copied().unwrap_or_else(|| panic!("term {term} never held the lease: {held:?}"));
-        assert!(
-            from - SAMPLING_SLACK_MS <= d.store_timestamp && d.store_timestamp <= until,
-            "{} of term {term} stored at {} outside its lease {from}..{until}",
-            d.event_id,
-            d.store_timestamp
-        );
-    }
+    assert_eq!(terms.last(), Some(&lease_term), "the lease table names the last publisher's term");
     assert_eq!(third.metric("relay_leader_term"), lease_term as f64);
     scenario.finish(third).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handover_under_load_gives_the_lease_to_the_standby_within_5s_one_publisher_at_a_time() {
+    let scenario = Scenario::consumed("handover").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let mut leader = scenario.relay().await;
+    let mut standby = RelayProcess::start(stack, &scenario.options());
+    standby.wait_role("standby", Duration::from_secs(60)).await;
+    let leases = LeaseWatch::start(outbox);
+    let load = Load::started(outbox, events, 10, 40).await;
+    let (old_holder, old_term, _) = lease_row(outbox).await;
+
+    let ordered = Instant::now();
+    let said = stdout(&cli(stack, outbox, &["handover", "--operator", "ops", "--reason", "node drain"]));
+    new_leader(&[&standby], Duration::from_secs(5).saturating_sub(ordered.elapsed())).await;
+    println!("the standby led {:.2} s after the handover was ordered", ordered.elapsed().as_secs_f64());
+    assert!(said.contains("handed over") && said.contains(&old_holder), "{said}");
+    leader.wait_role("standby", Duration::from_secs(10)).await;
+    sent_grows(outbox, 40).await;
+    let written = load.finish().await;
+
+    scenario.all_sent(written).await;
+    let deliveries = consumed_all(scenario.collector(), events, written, Duration::from_secs(120)).await;
+    scenario.assert_per_key_order(&deliveries).await;
+    let terms = one_publisher_at_a_time(&deliveries, &leases.finish().await);
+    assert_eq!(terms, vec![old_term, old_term + 1], "the standby took the next term");
+    let mut conn = outbox.pool.get_conn().await.expect("conn");
+    let audit: Vec<(String, String)> = conn
+        .exec(
+            "SELECT operator, old_state FROM app.outbox_relay_audit WHERE action = 'handover' AND target LIKE ?",
+            (format!("%{}", outbox.table.qualified()),),
+        )
+        .await
+        .expect("audit");
+    assert_eq!(audit, vec![("ops".to_owned(), format!("{old_holder} term {old_term}"))]);
+    drop(conn);
+    // `status` shows the whole fleet from the roll call: the new leader and the old one.
+    let fleet_now = || async {
+        let status = stdout(&cli(stack, outbox, &["status", "--json"]));
+        let status: serde_json::Value = serde_json::from_str(&status).expect("status --json");
+        let roles: BTreeMap<String, (String, u64, bool)> = status["fleet"]
+            .as_array()?
+            .iter()
+            .map(|i| {
+                let field = |name: &str| i[name].as_str().unwrap_or_default().to_owned();
+                (field("instance"), (field("role"), i["term"].as_u64().unwrap_or(0), i["ready"] == true))
+            })
+            .collect();
+        let led = roles.values().any(|r| *r == ("leader".to_owned(), old_term + 1, true));
+        let stood_down = roles.get(&old_holder).is_some_and(|(role, _, ready)| role == "standby" && *ready);
+        (roles.len() == 2 && led && stood_down).then_some(roles)
+    };
+    eventually("the roll call names the new leader and the old one as standby", Duration::from_secs(20), fleet_now)
+        .await;
+    assert_eq!(leader.stop(), Some(0));
+    scenario.finish(standby).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

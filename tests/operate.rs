@@ -735,3 +735,38 @@ async fn position_set_while_stopped_makes_the_relay_resume_from_there() {
     .await;
     scenario.finish(relay).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_dry_run_prints_what_it_would_run_and_changes_nothing() {
+    let stack = Stack::from_env();
+    let outbox = TestOutbox::create(&stack).await;
+    let fresh = unique("dry");
+    let table = |name: &str| {
+        let name = name.to_owned();
+        let pool = outbox.pool.clone();
+        async move {
+            let mut conn = pool.get_conn().await.expect("conn");
+            let found: Option<(u64, u64)> = conn
+                .exec_first(
+                    "SELECT COUNT(*), COALESCE(SUM(PARTITION_NAME IS NOT NULL), 0) FROM information_schema.PARTITIONS \
+                     WHERE TABLE_SCHEMA = 'app' AND TABLE_NAME = ?",
+                    (name,),
+                )
+                .await
+                .expect("information_schema");
+            found.unwrap_or_default()
+        }
+    };
+    let new_table =
+        cli_with(&stack, &outbox, &[("OUTBOX_RELAY__OUTBOX__TABLE", fresh.clone())], &["migrate", "--dry-run"]);
+    assert!(new_table.status.success(), "{}", String::from_utf8_lossy(&new_table.stderr));
+    let planned = stdout(&new_table);
+    assert!(planned.contains(&format!("CREATE TABLE IF NOT EXISTS `app`.`{fresh}`")), "{planned}");
+    assert_eq!(table(&fresh).await, (0, 0), "a dry run creates nothing");
+
+    let up_to_date = stdout(&cli(&stack, &outbox, &["migrate", "--dry-run"]));
+    assert!(up_to_date.contains("up to date"), "{up_to_date}");
+    let convert = stdout(&cli(&stack, &outbox, &["migrate", "--dry-run", "--partition", "daily", "--convert"]));
+    assert!(convert.contains("PARTITION BY RANGE COLUMNS(created_at)"), "{convert}");
+    assert_eq!(table(outbox.name()).await, (1, 0), "the table stays unpartitioned");
+}

@@ -54,6 +54,7 @@ const LAYERS: &[&str] = &[
     "config",
     "backoff",
     "time",
+    "said_once",
 ];
 
 #[test]

@@ -276,8 +276,16 @@ async fn a_missing_topic_and_an_oversized_payload_fail_at_once_while_other_event
     let deliveries = scenario.received(40).await;
     assert!(deliveries.iter().all(|d| d.biz_key.starts_with('k')), "only the good events were delivered");
     assert_eq!(outbox.count_status(RowStatus::Sent).await, 40, "every other event SENT");
-    assert_eq!(relay.metric("relay_failed_total{reason=\"too_large\"}"), 1.0, "the alert metric counts the huge one");
-    assert_eq!(relay.metric("relay_failed_total{reason=\"no_topic\"}"), 1.0, "and the lost one, each by its reason");
+    assert_eq!(
+        relay.metric("relay_failed_events_total{reason=\"too_large\"}"),
+        1.0,
+        "the alert metric counts the huge one"
+    );
+    assert_eq!(
+        relay.metric("relay_failed_events_total{reason=\"no_topic\"}"),
+        1.0,
+        "and the lost one, each by its reason"
+    );
     scenario.finish(relay).await;
 }
 

@@ -34,21 +34,7 @@ pub enum Command {
     /// Run the relay.
     Run,
     /// Create or upgrade the outbox table and the relay's tables (idempotent).
-    Migrate {
-        /// Run the DDL as this user instead of primary.url (one with CREATE and ALTER);
-        /// it connects with primary.tls.
-        #[arg(long)]
-        admin_url: Option<String>,
-        /// Partition the outbox table by created_at (daily, hourly; minutely for tests);
-        /// defaults to outbox.partition. A new table is created partitioned; a
-        /// partitioned one gets its partitions ahead.
-        #[arg(long)]
-        partition: Option<PartitionPeriod>,
-        /// Convert an existing unpartitioned outbox table in place (the server copies
-        /// the table while writes to it wait; see docs/operations.md).
-        #[arg(long)]
-        convert: bool,
-    },
+    Migrate(MigrateArgs),
     /// Print the effective configuration (file + environment), passwords redacted.
     Config,
     /// Broker operations that need no relay configuration.
@@ -60,12 +46,21 @@ pub enum Command {
     /// The operator commands on the outbox table and the relay's position.
     #[command(flatten)]
     Operator(OperatorCommand),
+    /// Print a shell completion script, e.g. `outbox-relay completions bash >
+    /// /etc/bash_completion.d/outbox-relay`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `outbox-relay man | man -l -`.
+    Man,
 }
 
 /// What operators run against the configured outbox table.
 #[derive(Subcommand)]
 pub enum OperatorCommand {
-    /// Where the relay of the configured table stands: leader, position, rows, backlog.
+    /// Where the relay of the configured table stands: leader, position, rows, backlog,
+    /// every instance of the fleet (role, term, readiness) and the local one's own account.
     Status,
     /// FAILED rows.
     #[command(subcommand)]
@@ -82,6 +77,45 @@ pub enum OperatorCommand {
         /// Row ids (the `id` column), one or more.
         #[arg(long = "id", required = true, num_args = 1..)]
         ids: Vec<u64>,
+        #[command(flatten)]
+        by: ByWhom,
+    },
+    /// Send SENT rows created in a window once more, under the same event_id (back to
+    /// PENDING; the sweep publishes them; consumers deduplicate) (audited).
+    Resend {
+        /// Start of the window of created_at (included), UTC: RFC 3339, or YYYY-MM-DD[ HH:MM:SS].
+        #[arg(long, value_parser = UtcTime::parse)]
+        since: UtcTime,
+        /// End of the window (excluded), UTC.
+        #[arg(long, value_parser = UtcTime::parse)]
+        until: UtcTime,
+        /// Only this topic.
+        #[arg(long)]
+        topic: Option<String>,
+        /// Only this biz_key.
+        #[arg(long)]
+        key: Option<String>,
+        #[command(flatten)]
+        by: ByWhom,
+    },
+    /// Stop publishing, fleet-wide and durably: the leader drains its sends, saves its
+    /// position and publishes nothing (holding the lease, so no standby starts) until
+    /// `resume` (audited).
+    Pause {
+        #[command(flatten)]
+        by: ByWhom,
+    },
+    /// Publish again after `pause` (audited).
+    Resume {
+        #[command(flatten)]
+        by: ByWhom,
+    },
+    /// The leader drains and gives its lease up; a standby takes the next term. Waits
+    /// until another instance leads and names it (audited).
+    Handover {
+        /// How long to wait for another instance to lead, seconds.
+        #[arg(long, default_value_t = 15)]
+        within_secs: u64,
         #[command(flatten)]
         by: ByWhom,
     },
@@ -141,12 +175,14 @@ pub enum FailedCommand {
     },
 }
 
+/// The broker commands. Each reaches the NameServer of `--namesrv`, or else of
+/// `rocketmq.namesrv` in the configuration, and signs with its ACL keys when it has them.
 #[derive(Subcommand)]
 pub enum AdminCommand {
     /// Create a topic with a pinned number of queues and wait until it is routable.
     CreateTopic {
-        #[arg(long)]
-        namesrv: String,
+        #[command(flatten)]
+        namesrv: NamesrvArg,
         /// The broker cluster to create it on.
         #[arg(long, default_value = "DefaultCluster")]
         cluster: String,
@@ -161,8 +197,8 @@ pub enum AdminCommand {
     },
     /// Find messages by KEYS (the event_id) in the broker's index, like `mqadmin queryMsgByKey`.
     Find {
-        #[arg(long)]
-        namesrv: String,
+        #[command(flatten)]
+        namesrv: NamesrvArg,
         #[arg(long)]
         topic: String,
         /// The event_id (the relay puts it in KEYS).
@@ -172,8 +208,8 @@ pub enum AdminCommand {
     /// Send one probe message to the first queue of each broker of a topic; succeeds
     /// only when every broker answers SEND_OK.
     Ping {
-        #[arg(long)]
-        namesrv: String,
+        #[command(flatten)]
+        namesrv: NamesrvArg,
         #[arg(long)]
         topic: String,
         #[arg(long)]
@@ -182,6 +218,40 @@ pub enum AdminCommand {
         #[arg(long, value_name = "SECS")]
         find_within: Option<u64>,
     },
+}
+
+/// `--namesrv`: the NameServer, when not the configuration's.
+#[derive(Args)]
+pub struct NamesrvArg {
+    /// host:port of the NameServer; default: rocketmq.namesrv of --config.
+    #[arg(long)]
+    pub namesrv: Option<String>,
+}
+
+/// What `migrate` runs as, and on what.
+#[derive(Args)]
+pub struct MigrateArgs {
+    /// Run the DDL as this user instead of primary.url (one with CREATE and ALTER);
+    /// it connects with primary.tls.
+    #[arg(long, env = "OUTBOX_RELAY_ADMIN_URL", hide_env_values = true)]
+    pub admin_url: Option<String>,
+    /// A file holding --admin-url's password (a mounted secret), so the URL on the
+    /// command line has none.
+    #[arg(long, requires = "admin_url")]
+    pub admin_password_file: Option<PathBuf>,
+    /// Partition the outbox table by created_at (daily, hourly; minutely for tests);
+    /// defaults to outbox.partition. A new table is created partitioned; a
+    /// partitioned one gets its partitions ahead.
+    #[arg(long)]
+    pub partition: Option<PartitionPeriod>,
+    /// Convert an existing unpartitioned outbox table in place (the server copies
+    /// the table while writes to it wait; see docs/operations.md).
+    #[arg(long)]
+    pub convert: bool,
+    /// Print the statements it would run, in order, and run none (it still connects,
+    /// to see what exists).
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// Who makes the change and why; both are recorded in `outbox_relay_audit`.

@@ -1,6 +1,7 @@
 //! The operator commands of the `outbox-relay` binary: `status` (the database's view
 //! and, from its HTTP endpoint, the local relay's lags and problems), `failed list`,
-//! `requeue`, `skip`, `cleanup`, `reconcile`, `verify`, `position show`/`set` and `check`, over
+//! `requeue`, `skip`, `resend`, `cleanup`, `pause`, `resume`, `handover`, `reconcile`,
+//! `verify`, `position show`/`set` and `check`, over
 //! the library's `ops`. Human output by default (aligned columns), `--json` for
 //! scripts; every change needs `--operator` and `--reason`, which go into its audit
 //! row, and `--dry-run` shows what would change.
@@ -10,16 +11,18 @@ use mysql_async::Pool;
 use outbox_relay::config::{Config, DbUrl};
 use outbox_relay::db;
 use outbox_relay::ops::check;
-use outbox_relay::ops::manual::{Change, FailedFilter, Manual, Operator, Target};
+use outbox_relay::ops::manual::{Change, FailedFilter, Manual, Operator, SentFilter, Target};
+use outbox_relay::ops::orders::Orders;
 use outbox_relay::ops::position::{LocalOutcome, LocalState, NewPosition, PositionChange, PositionView, Positions};
 use outbox_relay::ops::probe::{self, InstanceView};
 use outbox_relay::ops::reconcile::{DedupTable, Differences, Reconcile, Side, Window};
 use outbox_relay::ops::report::{status_report, LeaderReport, PositionReport, StatusReport};
 use outbox_relay::ops::verify;
 use outbox_relay::rocketmq::{Producer, ProducerSettings};
-use outbox_relay::store::LeaseStore;
+use outbox_relay::store::{InstanceSeen, Instances, LeaseStore};
 
 use super::args::{ByWhom, FailedCommand, OperatorCommand, PositionCommand, ReconcileArgs};
+use super::table::print_table;
 
 /// Runs `action` against the primary and outbox table of `config`; prints the result.
 pub async fn run(config: &Config, command: OperatorCommand, json: bool) -> anyhow::Result<()> {
@@ -36,16 +39,21 @@ pub async fn run(config: &Config, command: OperatorCommand, json: bool) -> anyho
                     status_report(&pool, &config.outbox_table(), &lease).await.map_err(on_primary).with_context(
                         || format!("reading the status of {table} (does it exist? `outbox-relay migrate` creates it)"),
                     )?;
+                let fleet = Instances::new(pool.clone(), &config.outbox_table().schema, &config.lease_name());
+                let fleet = fleet.list().await.map_err(|e| format!("{e} (run `outbox-relay migrate`)"));
                 let instance = probe::view(&config.http.listen).await.map_err(|e| e.to_string());
                 if json {
                     let output = StatusOutput {
                         report: &report,
+                        fleet: fleet.as_ref().ok(),
+                        fleet_error: fleet.as_ref().err(),
                         instance: instance.as_ref().ok(),
                         instance_error: instance.as_ref().err(),
                     };
                     println!("{}", serde_json::to_string(&output)?);
                 } else {
                     print_status(&report);
+                    print_fleet(&fleet);
                     print_instance(&instance);
                 }
                 Ok(())
@@ -86,6 +94,32 @@ pub async fn run(config: &Config, command: OperatorCommand, json: bool) -> anyho
             OperatorCommand::Skip { ids, by } => {
                 let change = manual.skip(&Target::Ids(ids), &operator(&by), by.dry_run).await;
                 report_change(change.map_err(on_primary).with_context(|| format!("skip in {table}"))?, json)
+            }
+            OperatorCommand::Resend { since, until, topic, key, by } => {
+                let rows = SentFilter { window: Window::new(since, until)?, topic, biz_key: key };
+                let change = manual.resend(&rows, &operator(&by), by.dry_run).await;
+                report_change(change.map_err(on_primary).with_context(|| format!("resend in {table}"))?, json)
+            }
+            OperatorCommand::Pause { by } => set_paused(config, &pool, true, &by, json).await,
+            OperatorCommand::Resume { by } => set_paused(config, &pool, false, &by, json).await,
+            OperatorCommand::Handover { within_secs, by } => {
+                let within = std::time::Duration::from_secs(within_secs);
+                let handover = orders(config, &pool).handover(&operator(&by), within, by.dry_run).await;
+                let handover = handover.with_context(|| format!("handover of the relay of {table}"))?;
+                if json {
+                    println!("{}", serde_json::to_string(&handover)?);
+                } else if handover.dry_run {
+                    println!(
+                        "dry run: would order {} (term {}) to hand over to a standby",
+                        handover.from, handover.from_term
+                    );
+                } else {
+                    println!(
+                        "handed over in {:.1} s: {} (term {}) -> {} (term {}) (audited)",
+                        handover.seconds, handover.from, handover.from_term, handover.to, handover.to_term
+                    );
+                }
+                Ok(())
             }
             OperatorCommand::Cleanup { retention, batch, pace_ms, by } => {
                 let pace = std::time::Duration::from_millis(pace_ms);
@@ -154,6 +188,38 @@ pub async fn run(config: &Config, command: OperatorCommand, json: bool) -> anyho
     .await;
     pool.disconnect().await.ok();
     done
+}
+
+/// The orders to the leader of the configured fleet.
+fn orders(config: &Config, pool: &Pool) -> Orders {
+    let lease = LeaseStore::new(pool.clone(), &config.outbox_table().schema, &config.lease_name());
+    Orders::new(pool.clone(), config.outbox_table(), lease)
+}
+
+/// `pause` and `resume`.
+async fn set_paused(config: &Config, pool: &Pool, paused: bool, by: &ByWhom, json: bool) -> anyhow::Result<()> {
+    let change = orders(config, pool).set_paused(paused, &operator(by), by.dry_run).await.with_context(|| {
+        format!("{} the relay of {}", if paused { "pausing" } else { "resuming" }, config.outbox_table().qualified())
+    })?;
+    if json {
+        println!("{}", serde_json::to_string(&change)?);
+        return Ok(());
+    }
+    let before = match &change.before {
+        Some(p) => format!("paused by {} since {} UTC", p.by, p.since),
+        None => "running".to_owned(),
+    };
+    let after = if paused {
+        "paused: the leader publishes nothing within a second, its position kept"
+    } else {
+        "running: the leader publishes again within a second"
+    };
+    if change.dry_run {
+        println!("dry run: {before}; would be {after}");
+    } else {
+        println!("was {before}; now {after} (audited)");
+    }
+    Ok(())
 }
 
 /// `reconcile`: compares, prints the differences, and fails with their exit code when
@@ -322,14 +388,14 @@ fn report_change(change: Change, json: bool) -> anyhow::Result<()> {
     }
     let list = |ids: &[u64]| ids.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
     match (change.dry_run, change.ids.is_empty()) {
-        (_, true) => println!("{}: no FAILED row to change; nothing to do", change.action),
+        (_, true) => println!("{}: no {} row to change; nothing to do", change.action, change.from),
         (true, false) => println!("dry run: would {} {} rows: {}", change.action, change.ids.len(), list(&change.ids)),
         (false, false) => {
             println!("{}: {} rows changed (audited): {}", change.action, change.ids.len(), list(&change.ids))
         }
     }
-    if !change.not_failed.is_empty() {
-        println!("not FAILED, left alone: {}", list(&change.not_failed));
+    if !change.left_alone.is_empty() {
+        println!("not {}, left alone: {}", change.from, list(&change.left_alone));
     }
     Ok(())
 }
@@ -394,8 +460,43 @@ fn print_status(report: &StatusReport) {
 struct StatusOutput<'a> {
     #[serde(flatten)]
     report: &'a StatusReport,
+    /// Every instance of the fleet, as each last reported itself.
+    fleet: Option<&'a Vec<InstanceSeen>>,
+    fleet_error: Option<&'a String>,
     instance: Option<&'a InstanceView>,
     instance_error: Option<&'a String>,
+}
+
+/// Prints the fleet's roll call: every instance, its role, term and readiness.
+fn print_fleet(fleet: &Result<Vec<InstanceSeen>, String>) {
+    let seen = match fleet {
+        Ok(seen) => seen,
+        Err(error) => {
+            println!("\nfleet: cannot read the roll call: {error}");
+            return;
+        }
+    };
+    println!("\nfleet ({} instances):", seen.len());
+    print_table(
+        &["instance", "http", "role", "term", "ready", "seen"],
+        seen.iter()
+            .map(|i| {
+                let ready = match (&i.report.reason, i.report.ready) {
+                    (_, true) => "yes".to_owned(),
+                    (Some(reason), false) => format!("no: {reason}"),
+                    (None, false) => "no".to_owned(),
+                };
+                vec![
+                    i.report.instance.clone(),
+                    i.report.http.clone(),
+                    i.report.role.clone(),
+                    i.report.term.to_string(),
+                    ready,
+                    format!("{:.0} s ago", i.seen_secs_ago),
+                ]
+            })
+            .collect(),
+    );
 }
 
 /// Prints what the instance on `http.listen` says of itself: role, lags, problems.
@@ -452,25 +553,5 @@ pub async fn check(config: &Config, json: bool) -> anyhow::Result<()> {
             report.findings.len()
         ))
         .into()),
-    }
-}
-
-/// Prints `rows` under `header` in aligned columns (no header line when it is blank).
-fn print_table(header: &[&str], rows: Vec<Vec<String>>) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<String>| {
-        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        println!("{}", padded.join("  ").trim_end());
-    };
-    if header.iter().any(|h| !h.is_empty()) {
-        line(header.iter().map(|h| h.to_uppercase()).collect());
-    }
-    for row in rows {
-        line(row);
     }
 }

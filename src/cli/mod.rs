@@ -5,15 +5,17 @@
 
 mod args;
 mod commands;
+mod library_repeats;
 mod logging;
 mod serve;
 mod setup;
+mod table;
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use outbox_relay::config::{self, Config, LogFormat};
 use outbox_relay::exit;
 
@@ -48,15 +50,24 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
     let load = || load_config(&config, log_format);
     match command {
         Command::Admin(command) => {
-            init_logging("warn", log_format.unwrap_or(LogFormat::Text));
-            runtime()?.block_on(setup::admin(command))
+            // The configuration is optional here: its NameServer and ACL keys, if it exists.
+            let config = if config.exists() { Some(load()?) } else { None };
+            if config.is_none() {
+                init_logging("warn", log_format.unwrap_or(LogFormat::Text));
+            }
+            runtime()?.block_on(setup::admin(command, config.as_ref(), json))
         }
         Command::Run => serve::run(&load()?),
         Command::Config => setup::print_config(&load()?),
-        Command::Migrate { admin_url, partition, convert } => {
-            runtime()?.block_on(setup::migrate(&load()?, admin_url, partition, convert))
-        }
+        Command::Migrate(args) => runtime()?.block_on(setup::migrate(&load()?, args)),
         Command::Check => runtime()?.block_on(commands::check(&load()?, json)),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "outbox-relay", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => {
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()).context("cannot write the man page")
+        }
         Command::Operator(command) => runtime()?.block_on(commands::run(&load()?, command, json)),
     }
 }

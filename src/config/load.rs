@@ -17,7 +17,7 @@ pub const ENV_PREFIX: &str = "OUTBOX_RELAY__";
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source} (pass an existing file with --config)")]
+    #[error("cannot read config file {path}: {source} (pass an existing file with --config or OUTBOX_RELAY_CONFIG; the container image holds none: mount yours there)")]
     Read { path: PathBuf, source: std::io::Error },
     #[error("config file {path} is not valid TOML: {message}")]
     Syntax { path: String, message: String },
@@ -52,18 +52,32 @@ pub fn load_from_str(
         path: origin.to_owned(),
         message: e.message().to_owned() + &line_hint(text, e.span()),
     })?;
+    let mut overrides = Vec::new();
     for (var, value) in env {
         if let Some(path) = var.strip_prefix(ENV_PREFIX) {
-            apply_override(&mut table, &var, path, &value)?;
+            overrides.push(apply_override(&mut table, &var, path, &value)?);
         }
     }
-    let mut config: Config = serde_path_to_error::deserialize(Value::Table(table)).map_err(|e| {
-        let path = e.path().to_string();
-        describe(if path == "." { None } else { Some(path) }, &e.into_inner().to_string())
-    })?;
+    let mut config = deserialize(table, &overrides)?;
     secret::resolve(&mut config)?;
     validate::validate(&config)?;
     Ok(config)
+}
+
+/// The configuration in `table`. An override read as a number, boolean or array
+/// whose key wants a string (a password of digits) is taken as the string it was.
+fn deserialize(mut table: Table, overrides: &[Override]) -> Result<Config, ConfigError> {
+    loop {
+        let error = match serde_path_to_error::deserialize(Value::Table(table.clone())) {
+            Ok(config) => return Ok(config),
+            Err(error) => error,
+        };
+        let path = error.path().to_string();
+        match overrides.iter().find(|o| o.typed && o.keys.join(".") == path) {
+            Some(wanted_string) if wanted_string.set(&mut table, Value::String(wanted_string.raw.clone())) => {}
+            _ => return Err(describe(if path == "." { None } else { Some(path) }, &error.into_inner().to_string())),
+        }
+    }
 }
 
 /// One line naming the full key: "missing field `x`" at `a` becomes key `a.x`.
@@ -87,9 +101,32 @@ fn line_hint(text: &str, span: Option<std::ops::Range<usize>>) -> String {
     span.map(|s| format!(" (line {})", text[..s.start.min(text.len())].lines().count().max(1))).unwrap_or_default()
 }
 
+/// One `OUTBOX_RELAY__…` variable: the key it sets and the text it gave.
+struct Override {
+    keys: Vec<String>,
+    raw: String,
+    /// Whether the text was read as a TOML value other than a string.
+    typed: bool,
+}
+
+impl Override {
+    /// Puts `value` at this override's key; `false` if it was given as a string already.
+    fn set(&self, table: &mut Table, value: Value) -> bool {
+        let Some((last, parents)) = self.keys.split_last() else { return false };
+        let node = parents.iter().try_fold(table, |node, key| node.get_mut(key)?.as_table_mut());
+        match node.and_then(|node| node.get_mut(last)) {
+            Some(slot) if !slot.is_str() => {
+                *slot = value;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Sets `a.b.c` (from `A__B__C`) in `table`; the value is read as TOML when it parses
 /// (numbers, booleans, arrays), else taken as a plain string (URLs, names).
-fn apply_override(table: &mut Table, var: &str, path: &str, raw: &str) -> Result<(), ConfigError> {
+fn apply_override(table: &mut Table, var: &str, path: &str, raw: &str) -> Result<Override, ConfigError> {
     let keys: Vec<String> = path.split("__").map(str::to_ascii_lowercase).collect();
     let Some((last, parents)) = keys.split_last().filter(|_| !keys.iter().any(String::is_empty)) else {
         return Err(ConfigError::Env {
@@ -105,8 +142,10 @@ fn apply_override(table: &mut Table, var: &str, path: &str, raw: &str) -> Result
             message: format!("`{key}` is a value, not a section"),
         })?;
     }
-    node.insert(last.clone(), parse_scalar(raw));
-    Ok(())
+    let value = parse_scalar(raw);
+    let typed = !value.is_str();
+    node.insert(last.clone(), value);
+    Ok(Override { keys, raw: raw.to_owned(), typed })
 }
 
 fn parse_scalar(raw: &str) -> Value {

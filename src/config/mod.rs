@@ -33,7 +33,7 @@ pub use db_url::DbUrl;
 pub use dedup_table::DedupTable;
 pub use load::{load, load_from_str, ConfigError, ENV_PREFIX};
 pub use partition::PartitionPeriod;
-pub use secret::Secret;
+pub use secret::{url_with_password_file, Secret};
 pub use tls::{TlsConfig, TlsMode};
 
 /// How the relay finds new outbox rows.

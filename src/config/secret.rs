@@ -84,11 +84,16 @@ pub(super) fn resolve(config: &mut Config) -> Result<(), ConfigError> {
 
 /// `url` with its password replaced by the content of `path` (`{section}.password_file`).
 fn with_password(section: &str, url: &DbUrl, path: &Path) -> Result<DbUrl, ConfigError> {
-    let key = format!("{section}.password_file");
-    let password = read(&key, path)?;
+    url_with_password_file(url, &format!("{section}.url"), path, &format!("{section}.password_file"))
+}
+
+/// `url` (named `url_key` in errors) with its password replaced by the content of
+/// `path` (named `key`).
+pub fn url_with_password_file(url: &DbUrl, url_key: &str, path: &Path, key: &str) -> Result<DbUrl, ConfigError> {
+    let password = read(key, path)?;
     url.with_password(password.expose()).ok_or_else(|| {
         ConfigError::invalid(
-            &format!("{section}.url"),
+            url_key,
             url,
             &format!("a URL with a user name (mysql://user@host:port/database) when {key} is set"),
         )

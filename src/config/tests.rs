@@ -60,6 +60,24 @@ fn env_override_replaces_file_values_with_typed_values() {
 }
 
 #[test]
+fn env_override_of_digits_stays_a_string_where_the_key_wants_one() {
+    let config = load_with(
+        EXAMPLE,
+        &[
+            ("OUTBOX_RELAY__ROCKETMQ__ACCESS_KEY", "2024"),
+            ("OUTBOX_RELAY__ROCKETMQ__SECRET_KEY", "123456"),
+            ("OUTBOX_RELAY__SOURCE__SERVER_ID", "78"),
+        ],
+    )
+    .expect("a password of digits is a string");
+    let acl = config.rocketmq.acl().expect("both ACL keys are set");
+    assert_eq!((acl.access_key.as_str(), acl.secret_key.expose()), ("2024", "123456"));
+    assert_eq!(config.source.as_ref().map(|s| s.server_id), Some(78));
+    let message = error_of(EXAMPLE, &[("OUTBOX_RELAY__SOURCE__SERVER_ID", "seventy")]);
+    assert!(message.contains("source.server_id") && message.contains("u32"), "{message}");
+}
+
+#[test]
 fn missing_key_names_the_section_and_the_field() {
     let text = EXAMPLE.replace("server_id = 4242", "");
     let message = error_of(&text, &[]);

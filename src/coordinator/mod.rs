@@ -51,8 +51,9 @@ const KNOWN_ROUTE_WITHIN: Duration = Duration::from_secs(3);
 
 /// How long shutdown waits for in-flight sends before the final checkpoint.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often progress is logged.
-const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+/// How often progress is logged: a minute's line is a heartbeat a person can read
+/// past, not a stream that buries what changed.
+const PROGRESS_EVERY: Duration = Duration::from_secs(60);
 /// No acknowledgement this long while batches are in flight: the relay is not ready.
 const ACK_STALL: Duration = Duration::from_secs(30);
 

@@ -27,6 +27,7 @@ use mysql_async::{ClientIdentity, Opts, OptsBuilder, SslOpts};
 
 use super::DbError;
 use crate::config::{DbUrl, TlsConfig, TlsMode};
+use crate::said_once;
 
 /// How one connection attempt talks to the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,7 +163,9 @@ fn second_try(
 ) -> Result<Option<Transport>, DbError> {
     match (tls.mode, transport) {
         (TlsMode::Preferred, Transport::Tls { .. }) if offers_no_tls(error) => {
-            tracing::warn!(role, address = %url.address(), "the database server offers no TLS: connecting in plaintext ({}.tls.mode = \"preferred\"; set \"disabled\" to say so, or \"required\" to refuse)", section(role));
+            if said_once::first_time(format!("plaintext {role} {}", url.address())) {
+                tracing::warn!(role, address = %url.address(), "the database server offers no TLS: connecting in plaintext, now and on every reconnect ({}.tls.mode = \"preferred\"; set \"disabled\" to say so, or \"required\" to refuse)", section(role));
+            }
             Ok(Some(Transport::Plain))
         }
         (TlsMode::VerifyCa, Transport::Tls { host: None }) => match rustls_error(error) {

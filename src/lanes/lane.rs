@@ -36,7 +36,7 @@ use super::recorder::Recorder;
 use crate::backoff::{Backoff, NextAttempt};
 use crate::config::{Config, FailedKeyPolicy};
 use crate::fault;
-use crate::health::{Health, Part};
+use crate::health::{Dependency, Health, Part};
 use crate::leader::Term;
 use crate::metrics::{FailReason, RelayMetrics, SendStatus};
 use crate::rocketmq::{check_size, prepare, ErrorClass, Prepared, PublishError, Publisher};
@@ -298,6 +298,7 @@ impl Lane {
         self.publisher.confirmed(self.queue.broker_name());
         self.outage.end();
         self.health.clear(&self.part());
+        self.health.dependencies().up(&self.broker());
         fault::lane_sent(events);
         Ok(())
     }
@@ -319,9 +320,8 @@ impl Lane {
                 self.queue.queue_id()
             ),
         );
-        if attempt % 50 == 1 {
-            tracing::warn!(broker = %self.queue.broker_name(), queue = self.queue.queue_id(), topic = %self.queue.topic(), attempt, %error, "broker cannot take the batch now; holding it and retrying");
-        }
+        self.health.dependencies().down(&self.broker(), error);
+        tracing::debug!(broker = %self.queue.broker_name(), queue = self.queue.queue_id(), topic = %self.queue.topic(), attempt, %error, "broker cannot take the batch now; holding it and retrying");
         tokio::select! {
             () = tokio::time::sleep(OUTAGE_PROBE.delay(attempt)) => true,
             changed = renewals.changed() => changed.is_ok(),
@@ -370,6 +370,10 @@ impl Lane {
     }
 
     /// This lane's name in the health record.
+    fn broker(&self) -> Dependency {
+        Dependency::Broker(self.queue.broker_name().to_string())
+    }
+
     fn part(&self) -> Part {
         Part::Lane(self.queue.topic().to_string(), self.queue.broker_name().to_string(), self.queue.queue_id())
     }

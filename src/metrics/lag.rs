@@ -56,10 +56,18 @@ pub struct Ages {
 }
 
 impl LagClocks {
-    /// The reader read through `file:pos`, whose last transaction committed at `unix_secs`.
-    pub fn read_through(&self, file: &str, pos: u64, unix_secs: Option<u32>) {
+    /// The reader read through `file:pos`, whose last transaction committed at
+    /// `unix_secs` (the binlog's whole second) and, when it held outbox rows, no
+    /// earlier than the newest row's `created_at` (`created_local_us`, the database's
+    /// local reading, milliseconds with DATETIME(3)): within its second, the lag is
+    /// then known to the millisecond.
+    pub fn read_through(&self, file: &str, pos: u64, unix_secs: Option<u32>, created_local_us: Option<i64>) {
         if let Some(secs) = unix_secs {
-            self.read_through_ms.store(u64::from(secs) * 1000, Ordering::Relaxed);
+            let created_ms = created_local_us
+                .and_then(|local| self.created_unix_us(local))
+                .and_then(|us| u64::try_from(us / 1000).ok())
+                .filter(|ms| ms / 1000 == u64::from(secs));
+            self.read_through_ms.store(created_ms.unwrap_or(u64::from(secs) * 1000), Ordering::Relaxed);
         }
         let mut position = self.read_position.lock().unwrap_or_else(PoisonError::into_inner);
         match position.as_mut() {
@@ -143,14 +151,19 @@ mod tests {
     #[test]
     fn ages_grow_from_the_last_point_until_a_newer_one() {
         let clocks = LagClocks::default();
-        clocks.read_through("b.000001", 400, Some(100));
+        clocks.read_through("b.000001", 400, Some(100), None);
         clocks.saved_through(Some(90));
         clocks.expire_after(3_600);
         let ages = clocks.ages_at(130_500);
         assert_eq!((ages.binlog_lag, ages.checkpoint_age, ages.expiry_headroom), (30.5, 40.5, 3_559.5));
-        clocks.read_through("b.000002", 4, Some(130));
+        clocks.read_through("b.000002", 4, Some(130), None);
         assert_eq!(clocks.ages_at(130_500).binlog_lag, 0.5);
         assert_eq!(clocks.read_position(), Some(("b.000002".to_owned(), 4)));
+        clocks.db_ahead(1_000_000);
+        clocks.read_through("b.000002", 90, Some(130), Some(131_250_000));
+        assert_eq!(clocks.ages_at(130_500).binlog_lag, 0.25, "the row's created_at places the commit in its second");
+        clocks.read_through("b.000002", 99, Some(130), Some(150_000_000));
+        assert_eq!(clocks.ages_at(130_500).binlog_lag, 0.5, "a created_at outside the commit's second is not used");
     }
 
     #[test]

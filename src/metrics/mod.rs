@@ -3,8 +3,8 @@
 //! From these alone an on-call engineer must see whether events flow
 //! (`relay_events_published_total`, `relay_commit_to_ack_seconds`), how late they are
 //! (`outbox_oldest_pending_seconds`, the delay consumers feel, and the binlog,
-//! replica and checkpoint lags) and why not (`relay_send_status_total`,
-//! `relay_retries_total`, `relay_failed_total`, `relay_held_keys`, `relay_leader`,
+//! replica and checkpoint lags) and why not (`relay_send_batches_total`,
+//! `relay_batch_retries_total`, `relay_failed_events_total`, `relay_held_keys`, `relay_leader`,
 //! `relay_ready`), and whether the process has the CPU it needs (`process`). Label
 //! values are closed sets (see `labels`), all shown from the start. Gauges that only
 //! the leader can know are NaN on a standby.
@@ -58,6 +58,7 @@ const LATENCY_BUCKETS: [f64; 44] = [
 #[derive(Clone)]
 pub struct RelayMetrics {
     published: Family<PathLabel, Counter>,
+    read: Family<PathLabel, Counter>,
     send_status: Family<SendStatusLabel, Counter>,
     retries: Family<ClassLabel, Counter>,
     failed: Family<ReasonLabel, Counter>,
@@ -69,6 +70,12 @@ pub struct RelayMetrics {
     pub route_to_ack: LatencyHistogram,
     pub send_seconds: LatencyHistogram,
     pub held_keys: Gauge,
+    /// Payload bytes (and a fixed overhead per event) read and not yet acknowledged.
+    pub in_flight_bytes: Gauge,
+    /// `lanes.max_in_flight_bytes`: reading waits while the gauge above is there.
+    pub in_flight_bytes_limit: Gauge,
+    /// 1 while the binlog reader streams from its source.
+    pub binlog_connected: Gauge,
     pub swept: Counter,
     pub write_back_wait: LatencyHistogram,
     pub reclaimed: Counter,
@@ -78,6 +85,8 @@ pub struct RelayMetrics {
     pub full_sweeps: Counter,
     pub leader: Gauge,
     pub leader_term: Gauge,
+    /// 1 while an operator's pause holds this leader.
+    pub paused: Gauge,
     pub ready: Gauge,
     pub in_flight_transactions: Gauge,
     pub oldest_pending_seconds: FloatGauge,
@@ -98,6 +107,7 @@ impl RelayMetrics {
         let m = Self::unregistered();
         m.describe(registry);
         show(&m.published, Path::ALL.map(|path| PathLabel { path }));
+        show(&m.read, Path::ALL.map(|path| PathLabel { path }));
         show(&m.send_status, SendStatus::ALL.map(|status| SendStatusLabel { status }));
         show(
             &m.retries,
@@ -112,6 +122,7 @@ impl RelayMetrics {
     fn unregistered() -> Self {
         Self {
             published: Family::default(),
+            read: Family::default(),
             send_status: Family::default(),
             retries: Family::default(),
             failed: Family::default(),
@@ -123,6 +134,9 @@ impl RelayMetrics {
             route_to_ack: LatencyHistogram::new(&LATENCY_BUCKETS),
             send_seconds: LatencyHistogram::new(&LATENCY_BUCKETS),
             held_keys: Gauge::default(),
+            in_flight_bytes: Gauge::default(),
+            in_flight_bytes_limit: Gauge::default(),
+            binlog_connected: Gauge::default(),
             swept: Counter::default(),
             write_back_wait: LatencyHistogram::new(&LATENCY_BUCKETS),
             reclaimed: Counter::default(),
@@ -131,6 +145,7 @@ impl RelayMetrics {
             full_sweeps: Counter::default(),
             leader: Gauge::default(),
             leader_term: Gauge::default(),
+            paused: Gauge::default(),
             ready: Gauge::default(),
             in_flight_transactions: Gauge::default(),
             oldest_pending_seconds: FloatGauge::default(),
@@ -154,17 +169,37 @@ impl RelayMetrics {
             self.published.clone(),
         );
         registry.register(
-            "relay_send_status",
+            "relay_events_read",
+            "Events read and handed into the pipeline, by the path that read them (binlog, sweep)",
+            self.read.clone(),
+        );
+        registry.register(
+            "relay_in_flight_bytes",
+            "Payload bytes (plus 256 per event) read and not yet acknowledged; reading waits at relay_in_flight_bytes_limit",
+            self.in_flight_bytes.clone(),
+        );
+        registry.register(
+            "relay_in_flight_bytes_limit",
+            "lanes.max_in_flight_bytes: the in-flight bytes at which reading waits (backpressure)",
+            self.in_flight_bytes_limit.clone(),
+        );
+        registry.register(
+            "relay_binlog_connected",
+            "1 while the binlog reader streams from its source, else 0 (a standby, poll mode, a lost connection)",
+            self.binlog_connected.clone(),
+        );
+        registry.register(
+            "relay_send_batches",
             "Synchronous batch sends by the broker's answer (SEND_OK, FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE; ERROR: no status)",
             self.send_status.clone(),
         );
         registry.register(
-            "relay_retries",
+            "relay_batch_retries",
             "Batch sends not confirmed, by class: outage (broker cannot take anything; waited out), event (the event can never be sent), unknown",
             self.retries.clone(),
         );
         registry.register(
-            "relay_failed",
+            "relay_failed_events",
             "Events marked FAILED, by reason: alert on any increase",
             self.failed.clone(),
         );
@@ -239,6 +274,11 @@ impl RelayMetrics {
             "The lease term this instance publishes under (0 as a standby)",
             self.leader_term.clone(),
         );
+        registry.register(
+            "relay_paused",
+            "1 while this leader publishes nothing because an operator paused the fleet (outbox-relay resume)",
+            self.paused.clone(),
+        );
         registry.register("relay_ready", "1 while /readyz answers 200, else 0", self.ready.clone());
         registry.register(
             "relay_in_flight_transactions",
@@ -305,6 +345,10 @@ impl RelayMetrics {
     }
 
     /// Counts events the broker confirmed, read by `path`.
+    pub fn read(&self, path: Path, events: usize) {
+        self.read.get_or_create(&PathLabel { path }).inc_by(events as u64);
+    }
+
     pub fn published(&self, path: Path, events: usize) {
         self.published.get_or_create(&PathLabel { path }).inc_by(events as u64);
     }
@@ -346,6 +390,8 @@ impl RelayMetrics {
     pub fn stand_down(&self) {
         self.leader.set(0);
         self.leader_term.set(0);
+        self.paused.set(0);
+        self.binlog_connected.set(0);
         self.held_keys.set(0);
         self.in_flight_transactions.set(0);
         self.lag.clear();

@@ -1,5 +1,6 @@
 //! What a process costs the machine, read from Linux's /proc: CPU seconds (every
-//! thread's user and system time), resident memory now and at its peak, and threads.
+//! thread's user and system time), resident memory now and at its peak, threads, and
+//! open file descriptors against their limit; and when the relay started.
 //!
 //! The relay serves its own figures at /metrics as the usual `process_*` series beside
 //! `relay_runtime_worker_threads`, so one expression shows how close its worker threads
@@ -16,7 +17,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
-use super::gauge_value;
+use super::{gauge_value, FloatGauge};
 
 /// One process's cost at one instant.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -71,8 +72,25 @@ impl ProcessStats {
     }
 }
 
-/// Registers the process series and the runtime's worker threads in `registry`.
+/// Open file descriptors of the calling process, and its soft limit on them.
+fn open_fds() -> Option<(u64, u64)> {
+    let open = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    Some((open, max_open_files(&limits)?))
+}
+
+/// The soft limit of the "Max open files" line of /proc/PID/limits ("unlimited": none).
+fn max_open_files(limits: &str) -> Option<u64> {
+    let line = limits.lines().find_map(|line| line.strip_prefix("Max open files"))?;
+    line.split_whitespace().next()?.parse().ok()
+}
+
+/// Registers the process series and the runtime's worker threads in `registry`; the
+/// start time is now (the relay registers them as it starts).
 pub(crate) fn register(registry: &mut Registry, worker_threads: usize) {
+    let started = FloatGauge::default();
+    started.set(crate::time::unix_millis_now() as f64 / 1_000.0);
+    registry.register("process_start_time_seconds", "When the relay started, Unix time in seconds", started);
     let workers = Gauge::<i64>::default();
     workers.set(gauge_value(worker_threads));
     registry.register(
@@ -99,9 +117,17 @@ impl Collector for SelfCollector {
             None,
             cpu.metric_type(),
         )?)?;
+        let (open_fds, max_fds) = open_fds().unwrap_or_default();
         let gauges = [
             ("process_resident_memory_bytes", "Resident memory of the relay, bytes", stats.resident_bytes),
+            (
+                "process_resident_memory_max_bytes",
+                "The most resident memory the relay has had so far (VmHWM), bytes",
+                stats.peak_resident_bytes,
+            ),
             ("process_threads", "Threads of the relay", stats.threads),
+            ("process_open_fds", "Open file descriptors of the relay", open_fds),
+            ("process_max_fds", "The relay's limit on open file descriptors (soft)", max_fds),
         ];
         for (name, help, value) in gauges {
             let gauge = ConstGauge::new(value);
@@ -138,6 +164,14 @@ mod tests {
     }
 
     #[test]
+    fn the_soft_limit_of_open_files_is_read() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max open files            1024                 524288               files\n";
+        assert_eq!(max_open_files(limits), Some(1024));
+        assert_eq!(max_open_files("Max open files            unlimited            unlimited            files"), None);
+    }
+
+    #[test]
     fn a_truncated_stat_line_is_refused() {
         assert_eq!(ProcessStats::parse("4242 (x) S 1", STATUS, 100.0), None);
         let stat = "1 (x) S 1 1 1 0 -1 0 0 0 0 0 700 55";
@@ -160,7 +194,16 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
         assert!(text.contains("\nrelay_runtime_worker_threads 3\n"), "{text}");
-        for name in ["process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_threads "] {
+        let names = [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_resident_memory_max_bytes ",
+            "process_threads ",
+            "process_open_fds ",
+            "process_max_fds ",
+            "process_start_time_seconds ",
+        ];
+        for name in names {
             assert!(text.contains(&format!("\n{name}")), "{name} in {text}");
         }
     }

@@ -1,16 +1,38 @@
-//! Operator actions on the broker that do not need the relay's configuration:
-//! creating a topic with a pinned queue count, a round-trip test send to every broker
-//! (and, when asked, a look-up of it by key), and finding messages by key.
-//! `scripts/stack` uses them to know the brokers are really ready.
+//! Operator actions on the broker: creating a topic with a pinned queue count, a
+//! round-trip test send to every broker (and, when asked, a look-up of it by key),
+//! and finding messages by key. They reach the cluster through a [`NameServer`],
+//! signing with the relay's ACL keys where the brokers enforce ACL. `scripts/stack`
+//! uses them to know the brokers are really ready.
 
+use std::fmt;
 use std::time::Duration;
 
 use bytes::Bytes;
-
-use crate::event::OutboxEvent;
 use rocketmq_model::common::message::message_queue::MessageQueue;
+use serde::Serialize;
 
+use crate::config::AclCredentials;
+use crate::event::OutboxEvent;
 use crate::rocketmq::{Producer, ProducerSettings, PublishError};
+
+/// Where the cluster is, and how requests to it are signed.
+#[derive(Debug, Clone, Copy)]
+pub struct NameServer<'a> {
+    pub address: &'a str,
+    /// The ACL keys (`rocketmq.access_key` / `secret_key`) of brokers with `aclEnable`.
+    pub acl: Option<&'a AclCredentials>,
+}
+
+impl<'a> NameServer<'a> {
+    /// A NameServer whose brokers enforce no ACL.
+    pub fn unsigned(address: &'a str) -> Self {
+        Self { address, acl: None }
+    }
+
+    async fn producer(&self) -> Result<Producer, PublishError> {
+        Producer::start_with(settings(self.address), self.acl).await
+    }
+}
 
 /// How long a new topic may take to appear in the NameServer's route table.
 const ROUTE_DEADLINE: Duration = Duration::from_secs(30);
@@ -28,13 +50,13 @@ fn settings(namesrv: &str) -> ProducerSettings {
 /// all. With `brokers`, the cluster must have that many registered first, so a broker
 /// that has not registered yet is waited for rather than left out.
 pub async fn create_topic(
-    namesrv: &str,
+    namesrv: NameServer<'_>,
     cluster: &str,
     topic: &str,
     queues: u32,
     brokers: Option<usize>,
 ) -> Result<(), PublishError> {
-    let producer = Producer::start(settings(namesrv)).await?;
+    let producer = namesrv.producer().await?;
     let result = create_and_wait(&producer, cluster, topic, queues, brokers).await;
     producer.shutdown().await;
     result
@@ -95,14 +117,24 @@ impl Spread<'_> {
 }
 
 /// One probe message's answer: where it went and what the broker said.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Probe {
     pub broker: String,
     pub queue_id: i32,
     pub key: String,
     pub msg_id: String,
     /// How long the broker's key index took to find it, when asked (`find_within`).
-    pub found_after: Option<Duration>,
+    pub found_after_ms: Option<u128>,
+}
+
+impl fmt::Display for Probe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SEND_OK broker={} queue={} msg_id={} key={}", self.broker, self.queue_id, self.msg_id, self.key)?;
+        match self.found_after_ms {
+            Some(ms) => write!(f, " found_by_key_after_ms={ms}"),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Sends one probe message to the first queue of each broker of `topic`; `Ok` only when
@@ -110,12 +142,12 @@ pub struct Probe {
 /// its key (the broker's key index, which `find` and the KEYS lookups of operators use)
 /// within that time.
 pub async fn ping(
-    namesrv: &str,
+    namesrv: NameServer<'_>,
     topic: &str,
     queues: u32,
     find_within: Option<Duration>,
 ) -> Result<Vec<Probe>, PublishError> {
-    let producer = Producer::start(settings(namesrv)).await?;
+    let producer = namesrv.producer().await?;
     let result = async {
         let mut probes = Vec::new();
         for queue in first_queue_per_broker(producer.pinned_queues(topic, queues).await?) {
@@ -129,8 +161,10 @@ pub async fn ping(
                 created_local_us: None,
             };
             let receipt = producer.send_batch(&queue, std::slice::from_ref(&probe)).await?;
-            let found_after = match find_within {
-                Some(within) => Some(found_by_key(&producer, topic, &key, queue.broker_name(), within).await?),
+            let found_after_ms = match find_within {
+                Some(within) => {
+                    Some(found_by_key(&producer, topic, &key, queue.broker_name(), within).await?.as_millis())
+                }
                 None => None,
             };
             let msg_id = receipt.msg_ids.join(",");
@@ -139,7 +173,7 @@ pub async fn ping(
                 queue_id: queue.queue_id(),
                 key,
                 msg_id,
-                found_after,
+                found_after_ms,
             });
         }
         Ok(probes)
@@ -177,9 +211,30 @@ async fn found_by_key(
     }
 }
 
-/// One line per message of `topic` whose KEYS hold `key`: queue, offset, ids, body size.
-pub async fn find(namesrv: &str, topic: &str, key: &str) -> Result<Vec<String>, PublishError> {
-    let producer = Producer::start(settings(namesrv)).await?;
+/// A message found by key: where it is stored and its ids.
+#[derive(Debug, Clone, Serialize)]
+pub struct Found {
+    pub queue_id: i32,
+    pub queue_offset: i64,
+    pub msg_id: String,
+    pub keys: String,
+    pub stored_at_ms: i64,
+    pub body_bytes: usize,
+}
+
+impl fmt::Display for Found {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "queue={} offset={} msg_id={} keys={} stored_at_ms={} body_bytes={}",
+            self.queue_id, self.queue_offset, self.msg_id, self.keys, self.stored_at_ms, self.body_bytes
+        )
+    }
+}
+
+/// The messages of `topic` whose KEYS hold `key`.
+pub async fn find(namesrv: NameServer<'_>, topic: &str, key: &str) -> Result<Vec<Found>, PublishError> {
+    let producer = namesrv.producer().await?;
     let result = producer.find_by_key(topic, key).await;
     producer.shutdown().await;
     Ok(result?
@@ -188,15 +243,14 @@ pub async fn find(namesrv: &str, topic: &str, key: &str) -> Result<Vec<String>, 
             let property = |name: &str| {
                 m.properties().iter().find(|(k, _)| k.as_str() == name).map(|(_, v)| v.to_string()).unwrap_or_default()
             };
-            format!(
-                "queue={} offset={} msg_id={} keys={} stored_at_ms={} body_bytes={}",
-                m.queue_id(),
-                m.queue_offset(),
-                property("UNIQ_KEY"),
-                property("KEYS"),
-                m.store_timestamp(),
-                m.body().map_or(0, |b| b.len())
-            )
+            Found {
+                queue_id: m.queue_id(),
+                queue_offset: m.queue_offset(),
+                msg_id: property("UNIQ_KEY"),
+                keys: property("KEYS"),
+                stored_at_ms: m.store_timestamp(),
+                body_bytes: m.body().map_or(0, |b| b.len()),
+            }
         })
         .collect())
 }

@@ -1,5 +1,6 @@
 //! What an operator does to the outbox table by hand: list FAILED rows, requeue or
-//! skip them, and delete SENT rows past their retention. Every change writes its
+//! skip them, send SENT rows of a window once more, and delete SENT rows past their
+//! retention. Every change writes its
 //! `outbox_relay_audit` rows (who, why, when, what before, what after, result) in the
 //! same transaction as the change itself, so there is no change without its record.
 //! Each action only touches rows in the state it expects (requeue and skip only
@@ -13,6 +14,7 @@ use serde::Serialize;
 
 use outbox_kit::{truncate_utf8, OutboxTable, RowStatus};
 
+use super::reconcile::Window;
 use crate::store::{placeholders, TermFence, FAILED, PENDING, SENT};
 
 /// Who makes a change, and why (both go into the audit row).
@@ -53,10 +55,21 @@ pub enum Target {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Change {
     pub action: &'static str,
+    /// The status the action takes rows from (`FAILED`, `SENT`).
+    pub from: &'static str,
     pub ids: Vec<u64>,
-    /// Ids given that were not FAILED (missing, or changed by someone else first): left alone.
-    pub not_failed: Vec<u64>,
+    /// Ids that were not in that status (missing, or changed by someone else first).
+    pub left_alone: Vec<u64>,
     pub dry_run: bool,
+}
+
+/// Which SENT rows `resend` sends once more: created in `window`, of `topic` and
+/// `biz_key` when given.
+#[derive(Debug, Clone)]
+pub struct SentFilter {
+    pub window: Window,
+    pub topic: Option<String>,
+    pub biz_key: Option<String>,
 }
 
 /// What a cleanup run deleted (or, with `dry_run`, would delete).
@@ -132,14 +145,22 @@ impl Manual {
         self.change_failed("skip", target, &set, RowStatus::Skipped, by, dry_run).await
     }
 
-    /// Applies `set` to the FAILED rows of `target`, in transactions of at most
-    /// [`CHUNK`] rows, each with one audit row per row (its state before: retries and
-    /// last error); rows no longer FAILED are left alone and reported as such. READ
-    /// COMMITTED, so only the rows changed are locked, never the gaps the relay's
-    /// own write-backs need.
+    /// SENT rows back to PENDING, due now, their msg_id and sent_at cleared: the sweep
+    /// publishes them once more, under the same event_id (consumers deduplicate it).
+    pub async fn resend(&self, rows: &SentFilter, by: &Operator, dry_run: bool) -> Result<Change, mysql_async::Error> {
+        let found = self.sent_among(rows).await?;
+        let set = format!(
+            "status = {PENDING}, retry_count = 0, next_retry_at = NOW(3), last_error = NULL, msg_id = NULL, sent_at = NULL"
+        );
+        let action = Action { name: "resend", from: RowStatus::Sent, to: RowStatus::Pending, set: &set };
+        self.change_found(&action, found, Vec::new(), by, dry_run).await
+    }
+
+    /// Applies `set` to the FAILED rows of `target` (see [`Manual::change_found`]);
+    /// ids given that are not FAILED are reported as left alone.
     async fn change_failed(
         &self,
-        action: &'static str,
+        name: &'static str,
         target: &Target,
         set: &str,
         to: RowStatus,
@@ -147,20 +168,54 @@ impl Manual {
         dry_run: bool,
     ) -> Result<Change, mysql_async::Error> {
         let found = self.failed_among(target).await?;
-        let not_failed = match target {
+        let left_alone = match target {
             Target::Ids(ids) => ids.iter().copied().filter(|id| !found.contains(id)).collect(),
             Target::AllFailed => Vec::new(),
         };
+        let action = Action { name, from: RowStatus::Failed, to, set };
+        self.change_found(&action, found, left_alone, by, dry_run).await
+    }
+
+    /// Applies the action to the rows `found`, in transactions of at most [`CHUNK`]
+    /// rows, each with one audit row per row (its state before); rows no longer in the
+    /// action's status are left alone and reported as such. READ COMMITTED, so only
+    /// the rows changed are locked, never the gaps the relay's own write-backs need.
+    async fn change_found(
+        &self,
+        action: &Action<'_>,
+        found: Vec<u64>,
+        mut left_alone: Vec<u64>,
+        by: &Operator,
+        dry_run: bool,
+    ) -> Result<Change, mysql_async::Error> {
+        let change =
+            |ids, left_alone| Change { action: action.name, from: action.from.name(), ids, left_alone, dry_run };
         if dry_run {
-            return Ok(Change { action, ids: found, not_failed, dry_run });
+            return Ok(change(found, left_alone));
         }
         let mut changed = Vec::with_capacity(found.len());
         for chunk in found.chunks(CHUNK) {
-            changed.extend(self.change_chunk(action, chunk, set, to, by).await?);
+            changed.extend(self.change_chunk(action, chunk, by).await?);
         }
-        let mut not_failed = not_failed;
-        not_failed.extend(found.iter().copied().filter(|id| !changed.contains(id)));
-        Ok(Change { action, ids: changed, not_failed, dry_run })
+        left_alone.extend(found.iter().copied().filter(|id| !changed.contains(id)));
+        Ok(change(changed, left_alone))
+    }
+
+    /// The ids of SENT rows `rows` names (a plain read: nothing is locked).
+    async fn sent_among(&self, rows: &SentFilter) -> Result<Vec<u64>, mysql_async::Error> {
+        let mut sql = format!(
+            "SELECT id FROM {} WHERE status = {SENT} AND created_at >= ? AND created_at < ?",
+            self.outbox.qualified()
+        );
+        let mut params = vec![Value::from(rows.window.since().sql()), Value::from(rows.window.until().sql())];
+        for (column, value) in [("topic", &rows.topic), ("biz_key", &rows.biz_key)] {
+            if let Some(value) = value {
+                sql.push_str(&format!(" AND {column} = ?"));
+                params.push(Value::from(value.as_str()));
+            }
+        }
+        sql.push_str(" ORDER BY id");
+        self.pool.get_conn().await?.exec(sql, Params::Positional(params)).await
     }
 
     /// The ids of `target` that are FAILED now (a plain read: nothing is locked).
@@ -185,24 +240,24 @@ impl Manual {
         }
     }
 
-    /// One transaction: lock those of `ids` still FAILED, change them, audit each.
+    /// One transaction: lock those of `ids` still in the action's status, change them,
+    /// audit each.
     async fn change_chunk(
         &self,
-        action: &'static str,
+        action: &Action<'_>,
         ids: &[u64],
-        set: &str,
-        to: RowStatus,
         by: &Operator,
     ) -> Result<Vec<u64>, mysql_async::Error> {
         let table = self.outbox.qualified();
+        let from = action.from.code();
         let mut conn = self.pool.get_conn().await?;
         let mut options = TxOpts::default();
         options.with_isolation_level(IsolationLevel::ReadCommitted);
         let mut tx = conn.start_transaction(options).await?;
-        let rows: Vec<(u64, String, i64, Option<String>)> = tx
+        let rows: Vec<RowBefore> = tx
             .exec(
                 format!(
-                    "SELECT id, event_id, retry_count, last_error FROM {table} WHERE status = {FAILED} AND id IN ({}) \
+                    "SELECT id, event_id, retry_count, last_error, msg_id FROM {table} WHERE status = {from} AND id IN ({}) \
                      ORDER BY id FOR UPDATE",
                     placeholders(ids.len())
                 ),
@@ -212,24 +267,17 @@ impl Manual {
         let locked: Vec<u64> = rows.iter().map(|r| r.0).collect();
         if !locked.is_empty() {
             tx.exec_drop(
-                format!("UPDATE {table} SET {set} WHERE status = {FAILED} AND id IN ({})", placeholders(locked.len())),
+                format!(
+                    "UPDATE {table} SET {} WHERE status = {from} AND id IN ({})",
+                    action.set,
+                    placeholders(locked.len())
+                ),
                 id_params(&locked),
             )
             .await?;
         }
-        for (id, event_id, retry_count, last_error) in &rows {
-            let what = AuditEntry {
-                action,
-                target: format!("{table} id={id} event_id={event_id}"),
-                old_state: format!(
-                    "{} retry_count={retry_count} last_error={}",
-                    RowStatus::Failed.name(),
-                    last_error.as_deref().unwrap_or("")
-                ),
-                new_state: to.name().to_owned(),
-                result: format!("{action}: done"),
-            };
-            audit(&mut tx, &self.outbox, by, &what).await?;
+        for row in &rows {
+            audit(&mut tx, &self.outbox, by, &action.audit_entry(&table, row)).await?;
         }
         tx.commit().await?;
         Ok(locked)
@@ -294,6 +342,39 @@ impl Manual {
             tokio::time::sleep(pace).await;
         }
         Ok(Cleanup { deleted, batches, dry_run })
+    }
+}
+
+/// A row as a manual change found it: id, event_id, retry_count, last_error, msg_id.
+type RowBefore = (u64, String, i64, Option<String>, Option<String>);
+
+/// One kind of manual change: rows in status `from` get `set`, which puts them in `to`.
+struct Action<'a> {
+    name: &'static str,
+    from: RowStatus,
+    to: RowStatus,
+    set: &'a str,
+}
+
+impl Action<'_> {
+    /// The audit row of `row`: a FAILED row's retries and error, a SENT row's msg_id.
+    fn audit_entry(&self, table: &str, row: &RowBefore) -> AuditEntry {
+        let (id, event_id, retry_count, last_error, msg_id) = row;
+        let old_state = match self.from {
+            RowStatus::Sent => format!("{} msg_id={}", self.from.name(), msg_id.as_deref().unwrap_or("")),
+            _ => format!(
+                "{} retry_count={retry_count} last_error={}",
+                self.from.name(),
+                last_error.as_deref().unwrap_or("")
+            ),
+        };
+        AuditEntry {
+            action: self.name,
+            target: format!("{table} id={id} event_id={event_id}"),
+            old_state,
+            new_state: self.to.name().to_owned(),
+            result: format!("{}: done", self.name),
+        }
     }
 }
 

@@ -10,7 +10,9 @@
 
 mod gauges;
 mod pipeline;
+mod roll_call;
 mod start;
+mod term;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,19 +23,20 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, Mode};
 use crate::db::{self, DbError};
-use crate::health::{Health, Part, Role};
+use crate::health::{notify, Health, Notifier, Part, Role};
 use crate::http;
-use crate::leader::{keep, wait_for_lease, Keeper, Standby, Term, TermTiming};
+use crate::leader::{wait_for_lease, Standby, Term, TermTiming};
 use crate::metrics::{gauge_value, RelayMetrics};
 use crate::rocketmq::{ProducerSettings, Publisher};
-use crate::store::{check_migrated, ClaimStore, LeaseStore};
+use crate::store::{check_migrated, ClaimStore, Instances, LeaseStore, HANDOVER_GRACE};
 use crate::supervise::Supervisor;
 use crate::write_back;
 
 pub use crate::error::RelayError;
 use outbox_kit::OutboxTable;
-use pipeline::TermRun;
+use roll_call::{roll_call, RollCall};
 use start::BinlogSource;
+use term::{lead, Leading, TermEnd};
 
 /// Session setting for the relay's own writes. With the FULL image every SENT UPDATE
 /// logs the whole row (payload included) twice, and the binlog path reads it back.
@@ -42,14 +45,28 @@ const MINIMAL_ROW_IMAGE: &str = "SET SESSION binlog_row_image = 'MINIMAL'";
 /// This process's name in `owner` of the rows it claims: host, pid and start time,
 /// so a restarted relay never mistakes a dead predecessor's leases for its own.
 pub(crate) fn process_owner() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+    let started = crate::time::unix_millis_now();
+    format!("{}:{}:{started}", hostname(), std::process::id())
+}
+
+/// This host's name, as other hosts would reach it.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "relay".to_owned());
-    let started = crate::time::unix_millis_now();
-    format!("{host}:{}:{started}", std::process::id())
+        .unwrap_or_else(|| "relay".to_owned())
+}
+
+/// Where the endpoints bound to `address` answer from another host: the host's name
+/// in place of an unspecified address (0.0.0.0).
+fn reachable(address: std::net::SocketAddr) -> String {
+    if address.ip().is_unspecified() {
+        format!("{}:{}", hostname(), address.port())
+    } else {
+        address.to_string()
+    }
 }
 
 /// Runs the relay until `shutdown` is cancelled or a task fails; every task it
@@ -131,6 +148,17 @@ async fn serve(config: &Config, warm: &Warm, shutdown: CancellationToken) -> Res
         }
     });
     tracing::info!("metrics on http://{address}/metrics, readiness on http://{address}/readyz, liveness on http://{address}/healthz");
+    let call = RollCall {
+        instances: Instances::new(warm.primary.clone(), &warm.outbox.schema, &config.lease_name()),
+        instance: warm.claims.owner().to_owned(),
+        http: reachable(address),
+        health: health.clone(),
+        metrics: metrics.clone(),
+    };
+    endpoint.spawn("fleet roll call", ok(roll_call(call, http_stop.clone())));
+    if let Some(notifier) = Notifier::from_env() {
+        endpoint.spawn("systemd notifications", ok(notify(notifier, health.clone(), http_stop.clone())));
+    }
     let led = elect(config, warm, &metrics, &health, &shutdown).await;
     if !health.has_problem(&Part::Stopping) {
         health.problem(Part::Stopping, "stopping");
@@ -170,64 +198,31 @@ async fn elect(
         health.set_role(Role::Leader);
         metrics.leader.set(1);
         metrics.leader_term.set(gauge_value(term.number()));
-        let led = lead(config, warm, &term, timing, metrics, health, shutdown).await;
-        if led.is_ok() && term.is_ended() && !shutdown.is_cancelled() {
-            tracing::warn!(term = term.number(), "stepped down: standby again");
-            continue;
+        let leading = Leading { config, warm, term: &term, timing, metrics, health, shutdown };
+        let led = lead(&leading).await;
+        match led {
+            Ok(TermEnd::HandedOver) if !shutdown.is_cancelled() => {
+                hand_over(&warm.lease, &term).await;
+                continue;
+            }
+            Ok(_) if term.is_ended() && !shutdown.is_cancelled() => {
+                tracing::warn!(term = term.number(), "stepped down: standby again");
+                continue;
+            }
+            _ => {}
         }
         metrics.stand_down();
         release_lease(&warm.lease, &term).await;
-        return led;
+        return led.map(|_| ());
     }
 }
 
-/// Runs one term's pipeline until shutdown, a failure, or the loss of the lease. The
-/// lease keeper runs until the pipeline has stopped (drain and final checkpoint
-/// included), under a supervisor of its own: its panic stops the pipeline too.
-async fn lead(
-    config: &Config,
-    warm: &Warm,
-    term: &Term,
-    timing: TermTiming,
-    metrics: &RelayMetrics,
-    health: &Health,
-    shutdown: &CancellationToken,
-) -> Result<(), RelayError> {
-    // Not ready until the parts say they work: the first sweep ran, the reader streams.
-    health.problem(Part::Sweep, "sweep: the first sweep has not run yet");
-    if warm.binlog.is_some() {
-        health.problem(Part::BinlogSource, "binlog source: not streaming yet (starting)");
-    }
-    let stop = shutdown.child_token();
-    let kept = CancellationToken::new();
-    let keeping = Supervisor::new(stop.clone(), health.clone());
-    let keeper = Keeper {
-        term: term.clone(),
-        lease: warm.lease.clone(),
-        timing,
-        pipeline: stop.clone(),
-        health: health.clone(),
-    };
-    keeping.spawn("lease keeper", ok(keep(keeper, kept.clone())));
-    let claims = warm.claims.under(warm.lease.fence(term.number()));
-    let supervisor = Supervisor::new(stop.clone(), health.clone());
-    // A start that waits on a dead primary or broker gives way to a stop or a lost lease.
-    let started = tokio::select! {
-        started = pipeline::start(TermRun { config, warm, claims: &claims, term, supervisor: &supervisor, metrics: metrics.clone(), health }) => started,
-        () = stop.cancelled() => Ok(()),
-    };
-    if started.is_ok() {
-        stop.cancelled().await;
-    }
-    if shutdown.is_cancelled() && !health.has_problem(&Part::Stopping) {
-        health.problem(Part::Stopping, "stopping: draining in-flight sends, then checkpointing");
-    }
-    stop.cancel();
-    let joined = supervisor.join().await;
-    release_claims(&claims).await;
-    kept.cancel();
-    let kept_ok = keeping.join().await;
-    started.and(joined).and(kept_ok)
+/// Gives the lease up on an operator's order: a standby takes it within a quarter
+/// second; this instance leaves it to the others for a while.
+async fn hand_over(lease: &LeaseStore, term: &Term) {
+    release_lease(lease, term).await;
+    term.end();
+    tracing::info!(term = term.number(), "handed the leader lease over as ordered: a standby takes it; this instance waits {HANDOVER_GRACE:?} before it may take it back");
 }
 
 /// Gives the lease back so a standby takes over at its next try (within 250 ms).

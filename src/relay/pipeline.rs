@@ -68,7 +68,7 @@ pub(super) async fn start(run: TermRun<'_>) -> Result<(), RelayError> {
     let status = StatusStore::new(run.warm.primary.clone(), run.warm.outbox.clone(), fence.clone());
     let (write_backs, unwritten) = spawn_write_back(&run, &fence);
     spawn_side_jobs(&run, &status, &fence);
-    let (handoff, admitted) = Handoff::channel(Budget::of(&run.config.lanes));
+    let (handoff, admitted) = Handoff::channel(Budget::of(&run.config.lanes), run.metrics.clone());
     let watermark = Arc::new(Watermark::new(binlog.as_ref().and_then(|(_, b)| b.checkpoint.position.commit_time)));
     let (sweeps, requests) = sweep::full_sweeps();
     let links = SweepLinks {

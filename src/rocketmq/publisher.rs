@@ -239,7 +239,7 @@ impl Publisher {
         self.retired.lock().unwrap_or_else(PoisonError::into_inner).push(old);
         self.brokers.reached(broker);
         self.renewed.send_modify(|generation| *generation += 1);
-        tracing::info!(broker, "broker reachable again: a new producer took over");
+        tracing::debug!(broker, "broker reachable again: a new producer took over");
     }
 
     /// Shuts down the replaced producers that no send uses any more.

@@ -11,10 +11,12 @@
 
 use std::sync::Arc;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-use super::SourceTx;
+use super::{Origin, SourceTx};
 use crate::config::LanesConfig;
+use crate::metrics::{gauge_value, Path, RelayMetrics};
 
 /// Bytes counted per event besides its payload (ids, key, topic, bookkeeping).
 const EVENT_OVERHEAD_BYTES: usize = 256;
@@ -31,11 +33,20 @@ pub struct Budget {
     pub bytes: usize,
 }
 
-/// A batch's share of the budget; given back when dropped.
+/// A batch's share of the budget; given back when dropped (and taken off the
+/// in-flight bytes gauge).
 #[derive(Debug)]
 pub struct InFlight {
     _events: Option<OwnedSemaphorePermit>,
     _bytes: Option<OwnedSemaphorePermit>,
+    bytes: i64,
+    bytes_gauge: Gauge,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.bytes_gauge.dec_by(self.bytes);
+    }
 }
 
 /// A batch admitted into the pipeline, with the budget it holds.
@@ -52,6 +63,7 @@ pub struct Handoff {
     bytes: Arc<Semaphore>,
     budget: Budget,
     output: mpsc::Sender<Admitted>,
+    metrics: RelayMetrics,
 }
 
 /// Batches admitted and not yet taken by the coordinator. A few suffice: the budget,
@@ -66,28 +78,38 @@ impl Budget {
 }
 
 impl Handoff {
-    /// A hand-off under `budget`, and the coordinator's end of it.
-    pub fn channel(budget: Budget) -> (Self, mpsc::Receiver<Admitted>) {
+    /// A hand-off under `budget`, and the coordinator's end of it; it counts the
+    /// events read and the bytes in flight in `metrics`.
+    pub fn channel(budget: Budget, metrics: RelayMetrics) -> (Self, mpsc::Receiver<Admitted>) {
         let (output, admitted) = mpsc::channel(QUEUED_BATCHES);
-        (Self::new(budget, output), admitted)
+        (Self::new(budget, output, metrics), admitted)
     }
 
-    fn new(budget: Budget, output: mpsc::Sender<Admitted>) -> Self {
+    fn new(budget: Budget, output: mpsc::Sender<Admitted>, metrics: RelayMetrics) -> Self {
+        metrics.in_flight_bytes_limit.set(gauge_value(budget.bytes));
         Self {
             events: Arc::new(Semaphore::new(budget.events)),
             bytes: Arc::new(Semaphore::new(budget.bytes)),
             budget,
             output,
+            metrics,
         }
     }
 
     /// Waits for the batch's share of the budget, then hands it on.
     pub async fn send(&self, tx: SourceTx) -> Result<(), PipelineClosed> {
-        let bytes = tx.events.iter().map(|e| e.payload.len() + EVENT_OVERHEAD_BYTES).sum();
-        let in_flight = InFlight {
-            _events: take(&self.events, tx.events.len(), self.budget.events).await?,
-            _bytes: take(&self.bytes, bytes, self.budget.bytes).await?,
+        let path = match tx.origin {
+            Origin::Binlog { .. } | Origin::BinlogPart => Path::Binlog,
+            Origin::Sweep { .. } => Path::Sweep,
         };
+        self.metrics.read(path, tx.events.len());
+        let bytes =
+            tx.events.iter().map(|e| e.payload.len() + EVENT_OVERHEAD_BYTES).sum::<usize>().min(self.budget.bytes);
+        let events = take(&self.events, tx.events.len(), self.budget.events).await?;
+        let bytes_permit = take(&self.bytes, bytes, self.budget.bytes).await?;
+        let bytes_gauge = self.metrics.in_flight_bytes.clone();
+        bytes_gauge.inc_by(gauge_value(bytes));
+        let in_flight = InFlight { _events: events, _bytes: bytes_permit, bytes: gauge_value(bytes), bytes_gauge };
         self.output.send(Admitted { tx, in_flight }).await.map_err(|_| PipelineClosed)
     }
 }
@@ -114,6 +136,10 @@ mod tests {
     use super::*;
     use crate::event::OutboxEvent;
     use crate::source::Origin;
+
+    fn metrics() -> RelayMetrics {
+        RelayMetrics::register(&mut prometheus_client::registry::Registry::default())
+    }
 
     fn swept(n: u64, payload_bytes: usize) -> SourceTx {
         let event = |id: u64| OutboxEvent {
@@ -142,7 +168,7 @@ mod tests {
     #[tokio::test]
     async fn a_full_event_budget_holds_the_next_batch_until_the_first_is_dropped() {
         let (output, mut input) = mpsc::channel(8);
-        let handoff = Handoff::new(Budget { events: 2, bytes: 1 << 20 }, output);
+        let handoff = Handoff::new(Budget { events: 2, bytes: 1 << 20 }, output, metrics());
         handoff.send(swept(2, 10)).await.expect("a batch within the budget goes at once");
         let first = input.recv().await.expect("first batch");
         assert_eq!(handoff.events.available_permits(), 0, "the batch holds the whole event budget");
@@ -155,18 +181,25 @@ mod tests {
     #[tokio::test]
     async fn large_payloads_are_bounded_by_bytes_not_only_by_count() {
         let (output, mut input) = mpsc::channel(8);
-        let handoff = Handoff::new(Budget { events: 1_000, bytes: 10_000 }, output);
+        let metrics = metrics();
+        let handoff = Handoff::new(Budget { events: 1_000, bytes: 10_000 }, output, metrics.clone());
         handoff.send(swept(1, 6_000)).await.expect("fits");
         let first = input.recv().await.expect("first");
+        let one = 6_000 + EVENT_OVERHEAD_BYTES as i64;
+        assert_eq!((metrics.in_flight_bytes.get(), metrics.in_flight_bytes_limit.get()), (one, 10_000));
         let waiting = blocked(&handoff, swept(1, 6_000)).await;
         drop(first);
         assert!(waiting.await.expect("task").is_ok());
+        let second = input.recv().await.expect("second");
+        assert_eq!(metrics.in_flight_bytes.get(), one, "the first batch's bytes came back");
+        drop(second);
+        assert_eq!(metrics.in_flight_bytes.get(), 0);
     }
 
     #[tokio::test]
     async fn a_batch_larger_than_the_budget_takes_the_whole_budget_instead_of_waiting_forever() {
         let (output, mut input) = mpsc::channel(8);
-        let handoff = Handoff::new(Budget { events: 5, bytes: 1_000 }, output);
+        let handoff = Handoff::new(Budget { events: 5, bytes: 1_000 }, output, metrics());
         handoff.send(swept(50, 100)).await.expect("a huge batch goes when the pipeline is empty");
         assert_eq!(input.recv().await.map(|a| a.tx.events.len()), Some(50));
     }

@@ -19,6 +19,11 @@ use mysql_async::Pool;
 
 use super::ReadFor;
 
+/// How long the leader that handed its lease over (an operator's order) leaves it to
+/// the standbys; after that it may take it back (a fleet without a standby resumes by
+/// itself).
+pub const HANDOVER_GRACE: Duration = Duration::from_secs(10);
+
 /// Name of the lease table (in the outbox table's schema).
 const LEASE_TABLE: &str = "outbox_relay_lease";
 
@@ -111,27 +116,45 @@ impl LeaseStore {
         match expired {
             Some(false) => return Ok(None),
             Some(true) => {}
-            None => {
-                conn.exec_drop(
-                    format!(
-                        "INSERT IGNORE INTO {} (name, holder, term, lease_until) VALUES (?, '', 0, '1970-01-02')",
-                        self.table
-                    ),
-                    (&self.name,),
-                )
-                .await?
-            }
+            None => self.ensure_row(&mut conn).await?,
         }
+        // The instance that just handed the lease over leaves it to the others a while.
         conn.exec_drop(
             format!(
                 "UPDATE {} SET holder = ?, term = LAST_INSERT_ID(term + 1), lease_until = NOW(3) + INTERVAL ? MICROSECOND \
-                 WHERE name = ? AND lease_until < NOW(3)",
+                 WHERE name = ? AND lease_until < NOW(3) \
+                 AND (handover_term IS NULL OR handover_term <> term OR holder <> ? \
+                      OR lease_until < NOW(3) - INTERVAL ? MICROSECOND)",
                 self.table
             ),
-            (holder, crate::time::micros(lease), &self.name),
+            (holder, crate::time::micros(lease), &self.name, holder, crate::time::micros(HANDOVER_GRACE)),
         )
         .await?;
         Ok((conn.affected_rows() == 1).then(|| conn.last_insert_id()).flatten())
+    }
+
+    /// Creates the fleet's lease row, run out, if it has none.
+    pub(crate) async fn ensure_row(&self, conn: &mut impl Queryable) -> Result<(), mysql_async::Error> {
+        conn.exec_drop(
+            format!(
+                "INSERT IGNORE INTO {} (name, holder, term, lease_until) VALUES (?, '', 0, '1970-01-02')",
+                self.table
+            ),
+            (&self.name,),
+        )
+        .await
+    }
+
+    pub(super) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub(super) fn table(&self) -> &str {
+        &self.table
+    }
+
+    pub(super) fn name(&self) -> &str {
+        &self.name
     }
 
     /// Extends the lease of `term` by `lease` from now; `false` when it is not ours

@@ -1,12 +1,15 @@
 //! SQL on the primary that the data path runs: the schema (migrations), status
 //! write-backs (SENT on connections of their own), the sweep's claims and leases, the
-//! database clock, and the leader lease whose term fences every write. The operator's
+//! database clock, the leader lease whose term fences every write, and the fleet's
+//! roll call. The operator's
 //! own queries (requeue, skip, cleanup, report, reconcile) live with their commands in
 //! `ops`, on the helpers this module shares.
 
 mod claims;
 mod clock;
+mod instances;
 mod lease;
+mod orders;
 pub mod partitions;
 mod schema;
 mod sent;
@@ -14,10 +17,12 @@ mod status;
 
 pub(crate) use claims::KeyUpTo;
 pub use claims::{ClaimStore, Claimed, Cutoff, Malformed};
-pub use lease::{LeaseHolder, LeaseStore, TermFence};
+pub use instances::{InstanceReport, InstanceSeen, Instances};
+pub use lease::{LeaseHolder, LeaseStore, TermFence, HANDOVER_GRACE};
+pub use orders::{Orders, Paused};
 pub use schema::{
-    check_migrated, has_index, migrate, MigrateError, MigrationReport, NotMigrated, PartitionPlan, PartitionRefused,
-    CLAIM_INDEX, KEY_ORDER_INDEX,
+    check_migrated, has_index, migrate, planned, MigrateError, MigrationReport, NotMigrated, PartitionPlan,
+    PartitionRefused, CLAIM_INDEX, KEY_ORDER_INDEX,
 };
 pub use sent::{Sent, SentConn, SentStore};
 pub use status::{Backlog, StatusStore};

@@ -204,17 +204,20 @@ pub async fn add(
     period: PartitionPeriod,
     starts: &[NaiveDateTime],
 ) -> Result<(), mysql_async::Error> {
+    match add_statement(outbox, period, starts) {
+        Some(statement) => conn.query_drop(statement).await,
+        None => Ok(()),
+    }
+}
+
+/// The statement that gives each period starting at `starts` a partition (none for none).
+pub fn add_statement(outbox: &OutboxTable, period: PartitionPeriod, starts: &[NaiveDateTime]) -> Option<String> {
     if starts.is_empty() {
-        return Ok(());
+        return None;
     }
     let mut parts: Vec<String> = starts.iter().map(|start| definition(period, *start)).collect();
     parts.push(future_definition());
-    conn.query_drop(format!(
-        "ALTER TABLE {} REORGANIZE PARTITION {FUTURE} INTO ({})",
-        outbox.qualified(),
-        parts.join(", ")
-    ))
-    .await
+    Some(format!("ALTER TABLE {} REORGANIZE PARTITION {FUTURE} INTO ({})", outbox.qualified(), parts.join(", ")))
 }
 
 /// A row that keeps its partition: the first live row in it.

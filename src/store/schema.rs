@@ -140,6 +140,30 @@ const MIGRATIONS: &[Migration] = &[
   PRIMARY KEY (outbox_table, hour_start, topic)
 ) ENGINE=InnoDB",
     },
+    Migration {
+        version: 6,
+        name: "orders to the leader",
+        sql: "ALTER TABLE `{schema}`.`outbox_relay_lease`
+  ADD COLUMN paused_by     VARCHAR(128) NULL COMMENT 'set: the leader publishes nothing until resumed',
+  ADD COLUMN paused_at     DATETIME(3)  NULL,
+  ADD COLUMN handover_term BIGINT       NULL COMMENT 'the leader of this term hands the lease to a standby'",
+    },
+    Migration {
+        version: 7,
+        name: "fleet roll call",
+        sql: "CREATE TABLE IF NOT EXISTS `{schema}`.`outbox_relay_instances` (
+  fleet    VARCHAR(128)  NOT NULL COMMENT 'the lease name',
+  instance VARCHAR(255)  NOT NULL COMMENT 'host:pid:start of the process',
+  http     VARCHAR(255)  NOT NULL COMMENT 'where its /metrics, /readyz and /healthz answer',
+  role     VARCHAR(16)   NOT NULL COMMENT 'leader, standby or stopped',
+  term     BIGINT        NOT NULL,
+  ready    TINYINT       NOT NULL,
+  reason   VARCHAR(1024) NULL,
+  version  VARCHAR(32)   NOT NULL,
+  seen_at  DATETIME(3)   NOT NULL,
+  PRIMARY KEY (fleet, instance)
+) ENGINE=InnoDB",
+    },
 ];
 
 /// Columns the relay needs beyond the classic outbox table, with their definitions.
@@ -214,70 +238,117 @@ pub enum MigrateError {
     Refused(#[from] PartitionRefused),
 }
 
+/// Where `migrate`'s changes go: to the server, or (a dry run) into a list of the
+/// statements it would run. Reads always go to the server.
+struct Ddl<'a> {
+    conn: &'a mut Conn,
+    planned: Option<Vec<String>>,
+}
+
+impl Ddl<'_> {
+    async fn run(&mut self, statement: String) -> Result<(), mysql_async::Error> {
+        match &mut self.planned {
+            Some(planned) => {
+                planned.push(statement);
+                Ok(())
+            }
+            None => self.conn.query_drop(statement).await,
+        }
+    }
+}
+
 /// Creates or upgrades every table; safe to run any number of times.
 pub async fn migrate(pool: &Pool, outbox: &OutboxTable, plan: PartitionPlan) -> Result<MigrationReport, MigrateError> {
     let mut conn = pool.get_conn().await?;
+    apply(&mut Ddl { conn: &mut conn, planned: None }, outbox, plan).await
+}
+
+/// The statements [`migrate`] would run now, in order; runs none of them.
+pub async fn planned(pool: &Pool, outbox: &OutboxTable, plan: PartitionPlan) -> Result<Vec<String>, MigrateError> {
+    let mut conn = pool.get_conn().await?;
+    let mut ddl = Ddl { conn: &mut conn, planned: Some(Vec::new()) };
+    apply(&mut ddl, outbox, plan).await?;
+    Ok(ddl.planned.unwrap_or_default())
+}
+
+async fn apply(ddl: &mut Ddl<'_>, outbox: &OutboxTable, plan: PartitionPlan) -> Result<MigrationReport, MigrateError> {
     let mut report =
-        MigrationReport { applied: migrate_relay_tables(&mut conn, &outbox.schema).await?, ..Default::default() };
-    let existing: Vec<String> = conn
+        MigrationReport { applied: migrate_relay_tables(ddl, &outbox.schema).await?, ..Default::default() };
+    let existing: Vec<String> = ddl
+        .conn
         .exec(
             "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
             (&outbox.schema, &outbox.table),
         )
         .await?;
     if existing.is_empty() {
-        create_outbox(&mut conn, outbox, plan).await?;
+        create_outbox(ddl, outbox, plan).await?;
         report.outbox_created = true;
         return Ok(report);
     }
-    report.added = add_missing(&mut conn, outbox, &existing).await?;
+    report.added = add_missing(ddl, outbox, &existing).await?;
     if let PartitionPlan::Partitioned(period) | PartitionPlan::Convert(period) = plan {
         let convert = matches!(plan, PartitionPlan::Convert(_));
-        (report.converted, report.partitions_added) = partition(&mut conn, outbox, period, convert).await?;
+        (report.converted, report.partitions_added) = partition(ddl, outbox, period, convert).await?;
     }
     Ok(report)
 }
 
 /// Applies the relay's own numbered migrations not applied yet; their names.
-async fn migrate_relay_tables(conn: &mut Conn, schema: &str) -> Result<Vec<&'static str>, mysql_async::Error> {
-    conn.query_drop(format!(
-        "CREATE TABLE IF NOT EXISTS `{schema}`.`outbox_relay_migrations` (
+async fn migrate_relay_tables(ddl: &mut Ddl<'_>, schema: &str) -> Result<Vec<&'static str>, mysql_async::Error> {
+    let recorded: Option<u64> = ddl
+        .conn
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'outbox_relay_migrations'",
+            (schema,),
+        )
+        .await?;
+    let recorded = recorded.unwrap_or_default() > 0;
+    if !recorded || ddl.planned.is_none() {
+        ddl.run(format!(
+            "CREATE TABLE IF NOT EXISTS `{schema}`.`outbox_relay_migrations` (
   version    INT          NOT NULL PRIMARY KEY,
   name       VARCHAR(128) NOT NULL,
   applied_at DATETIME(3)  NOT NULL DEFAULT CURRENT_TIMESTAMP(3)
 ) ENGINE=InnoDB"
-    ))
-    .await?;
-    let done: Vec<u32> = conn.query(format!("SELECT version FROM `{schema}`.`outbox_relay_migrations`")).await?;
+        ))
+        .await?;
+    }
+    let done: Vec<u32> = if recorded || ddl.planned.is_none() {
+        ddl.conn.query(format!("SELECT version FROM `{schema}`.`outbox_relay_migrations`")).await?
+    } else {
+        Vec::new()
+    };
     let mut applied = Vec::new();
     for migration in MIGRATIONS.iter().filter(|m| !done.contains(&m.version)) {
-        match conn.query_drop(migration.sql.replace("{schema}", schema)).await {
+        match ddl.run(migration.sql.replace("{schema}", schema)).await {
             // Another `migrate` (a second relay, a parallel run) added the column first.
             Err(mysql_async::Error::Server(e)) if e.code == DUPLICATE_COLUMN => {}
             other => other?,
         }
         // IGNORE: two relays migrating at once both create IF NOT EXISTS; one records it.
-        conn.exec_drop(
-            format!("INSERT IGNORE INTO `{schema}`.`outbox_relay_migrations` (version, name) VALUES (?, ?)"),
-            (migration.version, migration.name),
-        )
+        ddl.run(format!(
+            "INSERT IGNORE INTO `{schema}`.`outbox_relay_migrations` (version, name) VALUES ({}, '{}')",
+            migration.version,
+            migration.name.replace('\'', "''")
+        ))
         .await?;
         applied.push(migration.name);
     }
     Ok(applied)
 }
 
-async fn create_outbox(conn: &mut Conn, outbox: &OutboxTable, plan: PartitionPlan) -> Result<(), MigrateError> {
-    let ddl = OUTBOX_DDL.replace("{outbox}", &outbox.qualified());
-    let ddl = match plan {
-        PartitionPlan::AsItIs => ddl.replace("{keys}", PLAIN_KEYS),
+async fn create_outbox(ddl: &mut Ddl<'_>, outbox: &OutboxTable, plan: PartitionPlan) -> Result<(), MigrateError> {
+    let table = OUTBOX_DDL.replace("{outbox}", &outbox.qualified());
+    let table = match plan {
+        PartitionPlan::AsItIs => table.replace("{keys}", PLAIN_KEYS),
         PartitionPlan::Partitioned(period) | PartitionPlan::Convert(period) => {
-            let now = partitions::db_now(conn).await?;
+            let now = partitions::db_now(&mut *ddl.conn).await?;
             let clause = partitions::partition_clause(period, now, now).map_err(PartitionRefused::from)?;
-            format!("{}\n{clause}", ddl.replace("{keys}", PARTITIONED_KEYS))
+            format!("{}\n{clause}", table.replace("{keys}", PARTITIONED_KEYS))
         }
     };
-    conn.query_drop(ddl).await?;
+    ddl.run(table).await?;
     Ok(())
 }
 
@@ -285,22 +356,24 @@ async fn create_outbox(conn: &mut Conn, outbox: &OutboxTable, plan: PartitionPla
 /// `convert`), adds the partitions ahead when it has. Whether it converted, and how
 /// many partitions it added.
 async fn partition(
-    conn: &mut Conn,
+    ddl: &mut Ddl<'_>,
     outbox: &OutboxTable,
     period: PartitionPeriod,
     convert: bool,
 ) -> Result<(bool, usize), MigrateError> {
     let table = outbox.qualified();
-    match partitions::read(conn, outbox).await? {
+    match partitions::read(&mut *ddl.conn, outbox).await? {
         Partitioning::Unpartitioned if convert => {
-            convert_in_place(conn, outbox, period).await?;
+            convert_in_place(ddl, outbox, period).await?;
             Ok((true, 0))
         }
         Partitioning::Unpartitioned => Err(PartitionRefused::Unconverted { table, period }.into()),
         Partitioning::Periods(layout) if layout.period == period => {
-            let now = partitions::db_now(conn).await?;
+            let now = partitions::db_now(&mut *ddl.conn).await?;
             let missing = layout.missing(now, partitions::PERIODS_AHEAD);
-            partitions::add(conn, outbox, period, &missing).await?;
+            if let Some(statement) = partitions::add_statement(outbox, period, &missing) {
+                ddl.run(statement).await?;
+            }
             Ok((false, missing.len()))
         }
         Partitioning::Periods(layout) => {
@@ -315,8 +388,13 @@ async fn partition(
 /// Re-keys and partitions the table in one ALTER (the server copies every row): the
 /// primary key gains `created_at`, and each unique key without it becomes a plain
 /// index of the same name, as partitioning requires.
-async fn convert_in_place(conn: &mut Conn, outbox: &OutboxTable, period: PartitionPeriod) -> Result<(), MigrateError> {
-    let created_at: Option<String> = conn
+async fn convert_in_place(
+    ddl: &mut Ddl<'_>,
+    outbox: &OutboxTable,
+    period: PartitionPeriod,
+) -> Result<(), MigrateError> {
+    let created_at: Option<String> = ddl
+        .conn
         .exec_first(
             "SELECT DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = 'created_at'",
             (&outbox.schema, &outbox.table),
@@ -326,10 +404,11 @@ async fn convert_in_place(conn: &mut Conn, outbox: &OutboxTable, period: Partiti
     if !found.eq_ignore_ascii_case("datetime") {
         return Err(PartitionRefused::CreatedAtType { table: outbox.qualified(), found }.into());
     }
-    let now = partitions::db_now(conn).await?;
-    let oldest = partitions::oldest_row(conn, outbox).await?.unwrap_or(now);
+    let now = partitions::db_now(&mut *ddl.conn).await?;
+    let oldest = partitions::oldest_row(&mut *ddl.conn, outbox).await?.unwrap_or(now);
     let clause = partitions::partition_clause(period, oldest, now).map_err(PartitionRefused::from)?;
-    let unique: Vec<(String, String)> = conn
+    let unique: Vec<(String, String)> = ddl
+        .conn
         .exec(
             "SELECT INDEX_NAME, GROUP_CONCAT(CONCAT('`', COLUMN_NAME, '`') ORDER BY SEQ_IN_INDEX) \
              FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
@@ -344,26 +423,28 @@ async fn convert_in_place(conn: &mut Conn, outbox: &OutboxTable, period: Partiti
         changes.push(format!("ADD INDEX `{index}` ({columns})"));
     }
     let started = std::time::Instant::now();
-    conn.query_drop(format!("ALTER TABLE {} {}\n{clause}", outbox.qualified(), changes.join(", "))).await?;
-    tracing::info!(table = %outbox.qualified(), %period, took = ?started.elapsed(), "outbox table converted to partitions");
+    ddl.run(format!("ALTER TABLE {} {}\n{clause}", outbox.qualified(), changes.join(", "))).await?;
+    if ddl.planned.is_none() {
+        tracing::info!(table = %outbox.qualified(), %period, took = ?started.elapsed(), "outbox table converted to partitions");
+    }
     Ok(())
 }
 
 async fn add_missing(
-    conn: &mut mysql_async::Conn,
+    ddl: &mut Ddl<'_>,
     outbox: &OutboxTable,
     existing: &[String],
 ) -> Result<Vec<&'static str>, mysql_async::Error> {
     let mut added = Vec::new();
     for (column, definition) in EXTRA_OUTBOX_COLUMNS {
         if !existing.iter().any(|c| c.eq_ignore_ascii_case(column)) {
-            conn.query_drop(format!("ALTER TABLE {} ADD COLUMN `{column}` {definition}", outbox.qualified())).await?;
+            ddl.run(format!("ALTER TABLE {} ADD COLUMN `{column}` {definition}", outbox.qualified())).await?;
             added.push(*column);
         }
     }
     for (index, columns) in [CLAIM_INDEX, KEY_ORDER_INDEX] {
-        if !has_index(conn, outbox, index).await? {
-            conn.query_drop(format!("ALTER TABLE {} ADD INDEX `{index}` {columns}", outbox.qualified())).await?;
+        if !has_index(&mut *ddl.conn, outbox, index).await? {
+            ddl.run(format!("ALTER TABLE {} ADD INDEX `{index}` {columns}", outbox.qualified())).await?;
             added.push(index);
         }
     }

@@ -143,9 +143,15 @@ where
 /// own messages (a consumer of a shared topic would wade through other tests' load).
 pub async fn fresh_topic(stack: &Stack) -> String {
     let topic = unique("t");
-    outbox_relay::ops::admin::create_topic(&stack.namesrv, "DefaultCluster", &topic, TEST_TOPIC_QUEUES, None)
-        .await
-        .unwrap_or_else(|e| panic!("create topic {topic}: {e}"));
+    outbox_relay::ops::admin::create_topic(
+        outbox_relay::ops::admin::NameServer::unsigned(&stack.namesrv),
+        "DefaultCluster",
+        &topic,
+        TEST_TOPIC_QUEUES,
+        None,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("create topic {topic}: {e}"));
     topic
 }
 

@@ -102,7 +102,7 @@ pub struct Measurement {
     /// the rest is mostly the wait for the send before it on its queue).
     pub send_p50_ms: Option<f64>,
     /// Events per synchronous send (`relay_events_published_total` over
-    /// `relay_send_status_total`, both summed over their labels: every path, every
+    /// `relay_send_batches_total`, both summed over their labels: every path, every
     /// answer and retry; latency runs): how full the lanes' batches were.
     pub events_per_send: Option<f64>,
     /// Latency runs: the transactions the primary binlogged per event beyond the

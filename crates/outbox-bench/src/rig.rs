@@ -78,7 +78,7 @@ impl Rig {
     pub async fn workload(&self, name: &str) -> anyhow::Result<Workload> {
         let topic = unique(&format!("bench_{name}"));
         outbox_relay::ops::admin::create_topic(
-            &self.options.namesrv,
+            outbox_relay::ops::admin::NameServer::unsigned(&self.options.namesrv),
             "DefaultCluster",
             &topic,
             self.options.queues,

@@ -95,9 +95,15 @@ impl<'a> Run<'a> {
             .await
             .context("create the run's outbox table")?;
         let topic = unique("chaos");
-        outbox_relay::ops::admin::create_topic(&stack.namesrv, "DefaultCluster", &topic, QUEUES, None)
-            .await
-            .with_context(|| format!("create topic {topic}"))?;
+        outbox_relay::ops::admin::create_topic(
+            outbox_relay::ops::admin::NameServer::unsigned(&stack.namesrv),
+            "DefaultCluster",
+            &topic,
+            QUEUES,
+            None,
+        )
+        .await
+        .with_context(|| format!("create topic {topic}"))?;
         let config = dir.join("relay.toml");
         let lease = Duration::from_millis(options.lease_ms);
         let settings = RelaySettings {

@@ -106,6 +106,14 @@ pub(super) async fn of_primary(pool: &Pool, config: &Config, outbox: &OutboxTabl
             Importance::Recommended,
             "the audit rows of requeue, skip and cleanup",
         ),
+        Need::on_table(
+            "roll call table",
+            outbox,
+            "outbox_relay_instances",
+            &[&["SELECT"], &["INSERT"], &["UPDATE"], &["DELETE"]],
+            Importance::Recommended,
+            "the fleet's roll call that `outbox-relay status` lists",
+        ),
     ];
     if config.outbox.partition.is_some() {
         needs.push(Need::on_table(

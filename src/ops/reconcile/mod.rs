@@ -58,7 +58,7 @@ impl UtcTime {
     }
 
     /// The time as a DATETIME literal, for a statement parameter.
-    fn sql(self) -> String {
+    pub(crate) fn sql(self) -> String {
         self.0.format("%Y-%m-%d %H:%M:%S%.3f").to_string()
     }
 }
@@ -97,6 +97,16 @@ impl Window {
         } else {
             Err(WindowError { since, until })
         }
+    }
+
+    /// The first instant in the window.
+    pub fn since(&self) -> UtcTime {
+        self.since
+    }
+
+    /// The first instant after it.
+    pub fn until(&self) -> UtcTime {
+        self.until
     }
 }
 

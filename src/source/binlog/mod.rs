@@ -58,7 +58,7 @@ use super::{BinlogPosition, Handoff, Origin, PipelineClosed, SourceTx};
 use crate::backoff::Backoff;
 use crate::config::{Config, ConfigError, DbUrl, TlsConfig};
 use crate::db::{self, DbError};
-use crate::health::{Health, Part};
+use crate::health::{Dependency, Health, Part};
 use crate::leader::Term;
 use crate::metrics::RelayMetrics;
 use crate::server::Flavor;
@@ -188,9 +188,14 @@ impl Reader {
         }
     }
 
+    fn dependency(&self) -> Dependency {
+        Dependency::BinlogSource(self.settings.url.address().to_owned())
+    }
+
     /// A transient loss: reconnect with backoff; the sweep takes over if it lasts.
     fn connection_lost(&self, reason: &str, position: &BinlogPosition, failures: &mut u32) -> Duration {
         self.links.watermark.source_down();
+        self.links.metrics.binlog_connected.set(0);
         self.links.health.problem(
             Part::BinlogSource,
             format!("binlog source {}: connection lost ({reason}); reconnecting", self.settings.url.address()),
@@ -198,7 +203,8 @@ impl Reader {
         *failures += 1;
         self.links.metrics.binlog_reconnects.inc();
         let delay = self.settings.reconnect.delay(*failures);
-        tracing::warn!(%reason, file = %position.file, pos = position.pos, retry_in = ?delay, "binlog connection lost; reconnecting");
+        self.links.health.dependencies().down(&self.dependency(), &reason);
+        tracing::debug!(%reason, file = %position.file, pos = position.pos, retry_in = ?delay, "binlog connection lost; reconnecting");
         delay
     }
 
@@ -206,6 +212,7 @@ impl Reader {
     /// again at the backoff's cap until someone fixes it.
     fn needs_operator(&self, reason: &str, position: &BinlogPosition) -> Duration {
         self.links.watermark.source_broken();
+        self.links.metrics.binlog_connected.set(0);
         self.links.health.problem(Part::BinlogSource, format!("binlog source: {reason}"));
         let delay = self.settings.reconnect.max;
         tracing::error!(%reason, file = %position.file, pos = position.pos, retry_in = ?delay, "binlog path stopped: the sweep delivers every PENDING row older than sweep.grace_ms until it is fixed; nothing is skipped");
@@ -252,7 +259,8 @@ impl Reader {
                 Err(error) => {
                     failures += 1;
                     let delay = self.settings.reconnect.delay(failures);
-                    tracing::warn!(%error, retry_in = ?delay, "cannot read the source's current binlog position; retrying");
+                    self.links.health.dependencies().down(&self.dependency(), &error);
+                    tracing::debug!(%error, retry_in = ?delay, "cannot read the source's current binlog position; retrying");
                     self.links.watermark.source_down();
                     self.links.health.problem(
                         Part::BinlogSource,
@@ -308,6 +316,8 @@ impl Reader {
                 *failures = 0;
                 self.links.watermark.source_up();
                 self.links.health.clear(&Part::BinlogSource);
+                self.links.health.dependencies().up(&self.dependency());
+                self.links.metrics.binlog_connected.set(1);
             }
             let tx = match decoder.handle(&event)? {
                 Decoded::NeedColumns => {
@@ -320,11 +330,11 @@ impl Reader {
             let mut flush_now = false;
             match tx {
                 Decoded::Commit(tx) if tx.events.is_empty() => {
-                    self.read_through(tx.end());
+                    self.read_through(tx.end(), None);
                     unflushed = tx.end().cloned();
                 }
                 Decoded::Commit(tx) => {
-                    self.read_through(tx.end());
+                    self.read_through(tx.end(), tx.events.iter().filter_map(|e| e.created_local_us).max());
                     unflushed = None;
                     last_flush = tokio::time::Instant::now();
                     self.hand_on(tx, position).await?;
@@ -336,7 +346,7 @@ impl Reader {
                     // what the primary committed since; the leader's lease renewals
                     // keep real commits, with the primary's clock, coming while idle.
                     let end = unflushed.take().unwrap_or_else(|| position.clone());
-                    self.read_through(Some(&end));
+                    self.read_through(Some(&end), None);
                     unflushed = Some(end);
                     flush_now = true;
                 }
@@ -353,10 +363,11 @@ impl Reader {
         }
     }
 
-    /// Records for the lag metrics that the reader has read through `end`.
-    fn read_through(&self, end: Option<&BinlogPosition>) {
+    /// Records for the lag metrics that the reader has read through `end`, a
+    /// transaction whose newest outbox row was created at `created_local_us`.
+    fn read_through(&self, end: Option<&BinlogPosition>, created_local_us: Option<i64>) {
         if let Some(end) = end {
-            self.links.metrics.lag.read_through(&end.file, end.pos, end.commit_time);
+            self.links.metrics.lag.read_through(&end.file, end.pos, end.commit_time, created_local_us);
         }
     }
 

@@ -16,6 +16,7 @@ use mysql_async::Conn;
 use super::settings::{verdicts, Expected, SourceFacts, VARIABLES};
 use crate::config::SourceConfig;
 use crate::findings::{Finding, Level};
+use crate::said_once;
 use crate::server::{Flavor, ServerInfo};
 use crate::source::BinlogPosition;
 
@@ -52,7 +53,10 @@ pub async fn check(conn: &mut Conn, address: &str, source: &SourceConfig) -> Res
     for finding in verdicts(&facts, &Expected::of(source)) {
         match finding.level {
             Level::Ok => {}
-            Level::Warn => tracing::warn!(address, setting = %finding.name, "source {address}: {finding}"),
+            Level::Warn if said_once::first_time(format!("source {address}: {finding}")) => {
+                tracing::warn!(address, setting = %finding.name, "source {address}: {finding}");
+            }
+            Level::Warn => {}
             Level::Fail => failed.push(finding),
         }
     }

@@ -97,7 +97,7 @@ async fn run(rig: &Rig, mode: Mode) -> anyhow::Result<Measurement> {
     measurement.send_max_at_most_ms = histogram_max_at_most(&sends).map(|s| s * 1_000.0);
     measurement.send_p50_ms = histogram_quantile(0.5, &sends).map(|s| s * 1_000.0);
     let (batches, published) =
-        (relay.metric_sum("relay_send_status_total")?, relay.metric_sum("relay_events_published_total")?);
+        (relay.metric_sum("relay_send_batches_total")?, relay.metric_sum("relay_events_published_total")?);
     measurement.events_per_send = (batches > 0.0).then(|| published / batches);
     measurement.peak_rss_mib = Some(relay.peak_rss_mib()?);
     relay.stop()?;

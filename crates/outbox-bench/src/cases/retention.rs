@@ -245,10 +245,9 @@ impl Load {
         let interval = Duration::from_secs_f64(WRITERS as f64 / rig.options.rate.max(1) as f64);
         let writers = (0..WRITERS)
             .map(|writer| {
-                let (root, table, workload, stopped) =
-                    (rig.root.clone(), table.clone(), workload.clone(), stopped.clone());
+                let (pool, table, workload, stopped) = (pool.clone(), table.clone(), workload.clone(), stopped.clone());
                 tokio::spawn(async move {
-                    let mut conn = root.get_conn().await?;
+                    let mut conn = pool.get_conn().await?;
                     let mut next = tokio::time::Instant::now();
                     let mut written = 0;
                     while !*stopped.borrow() {

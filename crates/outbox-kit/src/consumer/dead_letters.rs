@@ -2,7 +2,7 @@
 //! more times than it allows goes to the topic `%DLQ%{group}`, which nothing consumes:
 //! its events are lost to the business unless someone replays them. The watch reads
 //! the topic's max offset (the messages it ever received) every few seconds into the
-//! gauge `consumer_dead_letter_max_offset{group}`: absent until the first read, 0 while
+//! gauge `outbox_consumer_dead_letter_max_offset{group}`: absent until the first read, 0 while
 //! the topic does not exist (the broker creates it with the first dead letter), and any
 //! growth is an event that needs a person (the shipped alert fires on it). A read that
 //! fails, or a route that vanishes after the topic was seen, keeps the last value: a

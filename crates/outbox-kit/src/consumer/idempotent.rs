@@ -7,17 +7,17 @@
 //! happen), and the primary key, not a pre-check, decides: a second consumer racing
 //! on the same event blocks on the first one's uncommitted row and then sees a
 //! duplicate. Outcomes:
-//! - handler `Ok` -> commit, ACK (`consumer_processed_total`);
+//! - handler `Ok` -> commit, ACK (`outbox_consumer_processed_total`);
 //! - the event was already PROCESSED or REJECTED -> ACK without the handler
-//!   (`consumer_dedup_hits_total`): a duplicate must be acknowledged, or it would be
+//!   (`outbox_consumer_dedup_hits_total`): a duplicate must be acknowledged, or it would be
 //!   redelivered until the dead-letter queue;
 //! - [`HandlerError::Retryable`] -> roll back both, hand the message back
-//!   (`consumer_retries_total`): under [`Consumption::Orderly`], the default, its
+//!   (`outbox_consumer_retries_total`): under [`Consumption::Orderly`], the default, its
 //!   queue is suspended and the same message retried, nothing after it is applied
 //!   first; under [`Consumption::Concurrent`] it comes back through the retry topic;
 //! - [`HandlerError::NonRetryable`] -> roll back, then store the message in
 //!   `event_quarantine` and the dedup row as REJECTED with the reason, ACK
-//!   (`consumer_rejected_total`): never retried forever, and under orderly
+//!   (`outbox_consumer_rejected_total`): never retried forever, and under orderly
 //!   consumption the queue moves on past it.
 
 use std::future::Future;

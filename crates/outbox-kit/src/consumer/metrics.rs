@@ -1,6 +1,6 @@
 //! The kit's counters, in Prometheus form.
 //!
-//! dedup hit ratio = `consumer_dedup_hits_total / (processed + dedup_hits + rejected)`:
+//! dedup hit ratio = `outbox_consumer_dedup_hits_total / (processed + dedup_hits + rejected)`:
 //! a little is normal (relay resends, broker redelivery); a sudden rise means the relay
 //! is resending or a replay is running.
 
@@ -32,31 +32,31 @@ pub struct ConsumerMetrics {
 }
 
 impl ConsumerMetrics {
-    /// Counters registered in `registry` as `consumer_*_total`.
+    /// Counters registered in `registry` as `outbox_consumer_*_total`.
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         registry.register(
-            "consumer_processed",
+            "outbox_consumer_processed",
             "Events processed (business write and dedup mark committed)",
             metrics.processed.clone(),
         );
         registry.register(
-            "consumer_dedup_hits",
+            "outbox_consumer_dedup_hits",
             "Duplicate deliveries acknowledged without processing",
             metrics.dedup_hits.clone(),
         );
         registry.register(
-            "consumer_rejected",
+            "outbox_consumer_rejected",
             "Events rejected as unprocessable and quarantined",
             metrics.rejected.clone(),
         );
         registry.register(
-            "consumer_retries",
+            "outbox_consumer_retries",
             "Deliveries returned for redelivery after a retryable failure",
             metrics.retries.clone(),
         );
         registry.register(
-            "consumer_dead_letter_max_offset",
+            "outbox_consumer_dead_letter_max_offset",
             "Messages the consumer group's dead-letter topic (%DLQ%group) ever received: any growth is an event the business never processed",
             metrics.dead_letters.clone(),
         );
@@ -89,11 +89,11 @@ mod tests {
         metrics.dead_letters_seen("benefits", 2);
         let text = render(&registry);
         for line in [
-            "consumer_processed_total 1",
-            "consumer_dedup_hits_total 4",
-            "consumer_rejected_total 0",
-            "consumer_retries_total 0",
-            "consumer_dead_letter_max_offset{group=\"benefits\"} 2",
+            "outbox_consumer_processed_total 1",
+            "outbox_consumer_dedup_hits_total 4",
+            "outbox_consumer_rejected_total 0",
+            "outbox_consumer_retries_total 0",
+            "outbox_consumer_dead_letter_max_offset{group=\"benefits\"} 2",
         ] {
             assert!(text.contains(line), "{line} missing in:\n{text}");
         }

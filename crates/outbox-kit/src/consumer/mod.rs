@@ -7,7 +7,7 @@
 //!   (see `idempotent` for the exact rules);
 //! - [`guards`]: version and state-machine guards for out-of-order events;
 //! - [`schema`]: the kit's tables; [`retention`]: cleanup of old dedup rows;
-//! - [`ConsumerMetrics`]: the `consumer_*_total` counters and the dead-letter topic's
+//! - [`ConsumerMetrics`]: the `outbox_consumer_*_total` counters and the dead-letter topic's
 //!   max offset (`dead_letters`).
 
 mod consumption;

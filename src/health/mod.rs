@@ -15,6 +15,12 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+mod dependencies;
+mod systemd;
+
+pub(crate) use dependencies::{Dependency, DependencyLog};
+pub(crate) use systemd::{notify, Notifier};
+
 /// A coordinator loop silent this long is reported dead by `/healthz`.
 pub(crate) const LIVENESS_STALL: Duration = Duration::from_secs(60);
 
@@ -23,6 +29,8 @@ pub(crate) const LIVENESS_STALL: Duration = Duration::from_secs(60);
 pub(crate) enum Part {
     /// The relay is stopping (signal or a fatal error).
     Stopping,
+    /// An operator paused publishing (`outbox-relay pause`).
+    Paused,
     /// The leader lease: it cannot be taken or renewed (the primary does not answer).
     Lease,
     /// The binlog reader.
@@ -67,6 +75,7 @@ pub enum Role {
 #[derive(Debug, Clone)]
 pub struct Health {
     state: Arc<Mutex<State>>,
+    dependencies: Arc<DependencyLog>,
 }
 
 /// The answer of `/readyz`.
@@ -91,7 +100,12 @@ impl Default for Health {
 impl Health {
     pub fn new() -> Self {
         let state = State { problems: BTreeMap::new(), beat: Instant::now(), role: Role::Standby };
-        Self { state: Arc::new(Mutex::new(state)) }
+        Self { state: Arc::new(Mutex::new(state)), dependencies: Arc::default() }
+    }
+
+    /// The log of the dependencies' ups and downs.
+    pub(crate) fn dependencies(&self) -> &DependencyLog {
+        &self.dependencies
     }
 
     /// `part` does not work, because of `reason`. The first report of an outage keeps
@@ -127,6 +141,12 @@ impl Health {
         if role == Role::Standby {
             state.problems.retain(|part, _| matches!(part, Part::Lease | Part::Stopping));
         }
+    }
+
+    /// The term's pipeline stopped (paused, handed over): the problems of its parts
+    /// are forgotten; the lease's, a pause and a stop stay.
+    pub(crate) fn forget_pipeline(&self) {
+        self.lock().problems.retain(|part, _| matches!(part, Part::Lease | Part::Stopping | Part::Paused));
     }
 
     /// The coordinator's loop turned.

@@ -1,0 +1,107 @@
+//! The fleet's roll call: every instance writes its role, term and readiness to
+//! `outbox_relay_instances` every few seconds (and `stopped` as it exits), so
+//! `outbox-relay status` shows the whole fleet, each instance as it last saw itself,
+//! not only the one on its own host. Rows not refreshed for a day are removed.
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::Pool;
+use outbox_kit::truncate_utf8;
+use serde::Serialize;
+
+/// Rows older than this are removed by the next instance that reports.
+const FORGET_AFTER: Duration = Duration::from_secs(86_400);
+
+/// What an instance says of itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InstanceReport {
+    pub instance: String,
+    /// Where its endpoints answer (host:port).
+    pub http: String,
+    /// `leader`, `standby` or `stopped`.
+    pub role: String,
+    pub term: u64,
+    pub ready: bool,
+    /// Why it is not ready.
+    pub reason: Option<String>,
+    pub version: String,
+}
+
+/// An instance as the table shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InstanceSeen {
+    #[serde(flatten)]
+    pub report: InstanceReport,
+    /// Seconds since it last reported (the database's clock).
+    pub seen_secs_ago: f64,
+}
+
+/// The roll call of one fleet.
+#[derive(Clone)]
+pub struct Instances {
+    pool: Pool,
+    table: String,
+    fleet: String,
+}
+
+impl Instances {
+    pub fn new(pool: Pool, schema: &str, fleet: &str) -> Self {
+        Self { pool, table: format!("`{schema}`.`outbox_relay_instances`"), fleet: fleet.to_owned() }
+    }
+
+    /// Writes `me` as this instance's row, and removes rows nobody refreshed for a day.
+    pub(crate) async fn report(&self, me: &InstanceReport) -> Result<(), mysql_async::Error> {
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(
+            format!(
+                "INSERT INTO {} (fleet, instance, http, role, term, ready, reason, version, seen_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(3)) ON DUPLICATE KEY UPDATE http = VALUES(http), \
+                 role = VALUES(role), term = VALUES(term), ready = VALUES(ready), reason = VALUES(reason), \
+                 version = VALUES(version), seen_at = VALUES(seen_at)",
+                self.table
+            ),
+            (
+                &self.fleet,
+                truncate_utf8(&me.instance, 255),
+                truncate_utf8(&me.http, 255),
+                &me.role,
+                me.term,
+                me.ready,
+                me.reason.as_deref().map(|r| truncate_utf8(r, 1024)),
+                &me.version,
+            ),
+        )
+        .await?;
+        conn.exec_drop(
+            format!("DELETE FROM {} WHERE fleet = ? AND seen_at < NOW(3) - INTERVAL ? SECOND", self.table),
+            (&self.fleet, FORGET_AFTER.as_secs()),
+        )
+        .await
+    }
+
+    /// Every instance of the fleet, the most recently seen first.
+    pub async fn list(&self) -> Result<Vec<InstanceSeen>, mysql_async::Error> {
+        type Row = (String, String, String, u64, bool, Option<String>, String, f64);
+        let rows: Vec<Row> = self
+            .pool
+            .get_conn()
+            .await?
+            .exec(
+                format!(
+                    "SELECT instance, http, role, term, ready, reason, version, \
+                     TIMESTAMPDIFF(MICROSECOND, seen_at, NOW(3)) / 1e6 FROM {} WHERE fleet = ? ORDER BY seen_at DESC",
+                    self.table
+                ),
+                (&self.fleet,),
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(instance, http, role, term, ready, reason, version, seen_secs_ago)| InstanceSeen {
+                report: InstanceReport { instance, http, role, term, ready, reason, version },
+                seen_secs_ago,
+            })
+            .collect())
+    }
+}
