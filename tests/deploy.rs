@@ -144,21 +144,20 @@ fn assert_restricted(overlay: &str, workload: &serde_yaml::Value) {
 
 #[test]
 fn the_monitoring_component_carries_the_alert_rules_and_scrapes_the_relays() {
-    let (_, documents) = rendered(OVERLAYS[0]);
-    let rule = of_kind(&documents, "PrometheusRule");
     let alerts: serde_yaml::Value = serde_yaml::from_str(&repo_file(ALERTS)).expect("alerts.yml");
     let generated = prometheus_rule(&repo_file(ALERTS));
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(PROMETHEUS_RULE);
     if std::env::var_os("OUTBOX_RELAY_BLESS").is_some() {
         std::fs::write(&path, &generated).expect("write the PrometheusRule");
     }
-    assert_eq!(
-        repo_file(PROMETHEUS_RULE),
-        generated,
+    let (_, documents) = rendered(OVERLAYS[0]);
+    let rule = of_kind(&documents, "PrometheusRule");
+    assert!(
+        repo_file(PROMETHEUS_RULE) == generated,
         "{PROMETHEUS_RULE} is behind {ALERTS}: run `OUTBOX_RELAY_BLESS=1 cargo test --test deploy`"
     );
     assert_eq!(rule.len(), 1, "the orders overlay has the monitoring component");
-    assert_eq!(rule[0]["spec"]["groups"], alerts["groups"], "the PrometheusRule holds the alert rules");
+    assert!(rule[0]["spec"]["groups"] == alerts["groups"], "the PrometheusRule holds the alert rules of {ALERTS}");
     let monitor = of_kind(&documents, "PodMonitor");
     let set = of_kind(&documents, "StatefulSet")[0];
     let port = &set["spec"]["template"]["spec"]["containers"][0]["ports"][0]["name"];
@@ -368,5 +367,34 @@ fn the_systemd_unit_is_notified_watched_and_takes_its_passwords_as_credentials()
     for name in credentials {
         let path = format!("\"/run/credentials/outbox-relay.service/{name}\"");
         assert!(model.contains(&path), "relay.toml reads the credential {name} at {path}");
+    }
+}
+
+#[test]
+fn every_alert_rule_has_a_unit_test_where_it_fires_and_one_where_it_does_not() {
+    let alerts: serde_yaml::Value = serde_yaml::from_str(&repo_file(ALERTS)).expect("alerts.yml");
+    let tests: serde_yaml::Value = serde_yaml::from_str(&repo_file(ALERTS_TEST)).expect("alerts_test.yml");
+    let mut fires = BTreeSet::new();
+    let mut quiet = BTreeSet::new();
+    for case in tests["tests"].as_sequence().into_iter().flatten() {
+        for check in case["alert_rule_test"].as_sequence().into_iter().flatten() {
+            let name = check["alertname"].as_str().unwrap_or_default().to_owned();
+            match check["exp_alerts"].as_sequence() {
+                Some(expected) if !expected.is_empty() => fires.insert(name),
+                _ => quiet.insert(name),
+            };
+        }
+    }
+    let rules: Vec<&str> = alerts["groups"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .flat_map(|group| group["rules"].as_sequence().into_iter().flatten())
+        .filter_map(|rule| rule["alert"].as_str())
+        .collect();
+    assert!(rules.len() > 10, "the alert rules were read: {rules:?}");
+    for rule in rules {
+        assert!(fires.contains(rule), "{ALERTS_TEST} has no case where {rule} fires");
+        assert!(quiet.contains(rule), "{ALERTS_TEST} has no case where {rule} stays quiet");
     }
 }

@@ -12,7 +12,7 @@ use outbox_relay::config::{Config, DbUrl};
 use outbox_relay::db;
 use outbox_relay::ops::check;
 use outbox_relay::ops::manual::{Change, FailedFilter, Manual, Operator, SentFilter, Target};
-use outbox_relay::ops::orders::Orders;
+use outbox_relay::ops::orders::FleetOrders;
 use outbox_relay::ops::position::{LocalOutcome, LocalState, NewPosition, PositionChange, PositionView, Positions};
 use outbox_relay::ops::probe::{self, InstanceView};
 use outbox_relay::ops::reconcile::{DedupTable, Differences, Reconcile, Side, Window};
@@ -191,9 +191,9 @@ pub async fn run(config: &Config, command: OperatorCommand, json: bool) -> anyho
 }
 
 /// The orders to the leader of the configured fleet.
-fn orders(config: &Config, pool: &Pool) -> Orders {
+fn orders(config: &Config, pool: &Pool) -> FleetOrders {
     let lease = LeaseStore::new(pool.clone(), &config.outbox_table().schema, &config.lease_name());
-    Orders::new(pool.clone(), config.outbox_table(), lease)
+    FleetOrders::new(pool.clone(), config.outbox_table(), lease)
 }
 
 /// `pause` and `resume`.
@@ -489,7 +489,7 @@ fn print_fleet(fleet: &Result<Vec<InstanceSeen>, String>) {
                 vec![
                     i.report.instance.clone(),
                     i.report.http.clone(),
-                    i.report.role.clone(),
+                    i.report.role.name().to_owned(),
                     i.report.term.to_string(),
                     ready,
                     format!("{:.0} s ago", i.seen_secs_ago),

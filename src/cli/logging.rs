@@ -31,7 +31,7 @@ pub fn init_logging(level: &str, format: LogFormat) {
 }
 
 /// Whether text lines get colours: on a terminal, unless `NO_COLOR` is set to anything
-/// but the empty string (<https://no-color.org>).
+/// but the empty string (the convention terminal programs share).
 fn colours() -> bool {
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
     std::io::stderr().is_terminal() && !no_color

@@ -51,8 +51,6 @@ pub async fn migrate(config: &Config, args: MigrateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs a broker command against `--namesrv` or the configuration's NameServer, with
-/// the configuration's ACL keys (`config` is `None` without a configuration file).
 /// `migrate --dry-run`: the statements, one per paragraph, each ending with `;`.
 fn print_planned(
     planned: Result<Vec<String>, MigrateError>,
@@ -80,6 +78,8 @@ fn migrate_failed(error: MigrateError, url: &DbUrl, outbox: &outbox_kit::OutboxT
     }
 }
 
+/// Runs a broker command against `--namesrv` or the configuration's NameServer, with
+/// the configuration's ACL keys (`config` is `None` without a configuration file).
 pub async fn admin(command: AdminCommand, config: Option<&Config>, json: bool) -> anyhow::Result<()> {
     let acl = config.and_then(|c| c.rocketmq.acl());
     let namesrv = |arg: NamesrvArg| -> anyhow::Result<String> {

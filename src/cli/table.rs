@@ -12,6 +12,7 @@ pub fn print_table(header: &[&str], rows: Vec<Vec<String>>) {
 }
 
 fn table_lines(header: &[&str], rows: Vec<Vec<String>>) -> Vec<String> {
+    let header: Vec<String> = header.iter().map(|h| h.to_uppercase()).collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.width()).collect();
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {

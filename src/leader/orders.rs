@@ -33,7 +33,12 @@ pub(crate) async fn read_orders(
             () = done.cancelled() => return,
             _ = tick.tick() => {}
         }
-        match lease.orders(term.number()).await {
+        // A primary that does not answer must not hold up the term's end.
+        let read = tokio::select! {
+            () = done.cancelled() => return,
+            read = lease.orders(term.number()) => read,
+        };
+        match read {
             Ok(Some(orders)) => {
                 seen.send_if_modified(|last| {
                     let changed = last.as_ref() != Some(&orders);

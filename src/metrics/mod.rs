@@ -344,11 +344,12 @@ impl RelayMetrics {
         self.send_seconds.observe(took.as_secs_f64());
     }
 
-    /// Counts events the broker confirmed, read by `path`.
+    /// Counts events read by `path` and handed into the pipeline.
     pub fn read(&self, path: Path, events: usize) {
         self.read.get_or_create(&PathLabel { path }).inc_by(events as u64);
     }
 
+    /// Counts events the broker confirmed, read by `path`.
     pub fn published(&self, path: Path, events: usize) {
         self.published.get_or_create(&PathLabel { path }).inc_by(events as u64);
     }
@@ -391,6 +392,12 @@ impl RelayMetrics {
         self.leader.set(0);
         self.leader_term.set(0);
         self.paused.set(0);
+        self.pipeline_stopped();
+    }
+
+    /// The term's pipeline stopped (a pause, the end of the term): what only a running
+    /// pipeline measures is not known any more.
+    pub fn pipeline_stopped(&self) {
         self.binlog_connected.set(0);
         self.held_keys.set(0);
         self.in_flight_transactions.set(0);

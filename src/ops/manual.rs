@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use outbox_kit::{truncate_utf8, OutboxTable, RowStatus};
 
-use super::reconcile::Window;
+use super::reconcile::{local_bounds, Window};
 use crate::store::{placeholders, TermFence, FAILED, PENDING, SENT};
 
 /// Who makes a change, and why (both go into the audit row).
@@ -201,13 +201,16 @@ impl Manual {
         Ok(change(changed, left_alone))
     }
 
-    /// The ids of SENT rows `rows` names (a plain read: nothing is locked).
+    /// The ids of SENT rows `rows` names (a plain read: nothing is locked). The window
+    /// is UTC; `created_at` holds the session's local time, so the bounds are converted.
     async fn sent_among(&self, rows: &SentFilter) -> Result<Vec<u64>, mysql_async::Error> {
+        let mut conn = self.pool.get_conn().await?;
+        let (since, until) = local_bounds(&mut conn, &rows.window).await?;
         let mut sql = format!(
             "SELECT id FROM {} WHERE status = {SENT} AND created_at >= ? AND created_at < ?",
             self.outbox.qualified()
         );
-        let mut params = vec![Value::from(rows.window.since().sql()), Value::from(rows.window.until().sql())];
+        let mut params = vec![Value::from(since), Value::from(until)];
         for (column, value) in [("topic", &rows.topic), ("biz_key", &rows.biz_key)] {
             if let Some(value) = value {
                 sql.push_str(&format!(" AND {column} = ?"));
@@ -215,7 +218,7 @@ impl Manual {
             }
         }
         sql.push_str(" ORDER BY id");
-        self.pool.get_conn().await?.exec(sql, Params::Positional(params)).await
+        conn.exec(sql, Params::Positional(params)).await
     }
 
     /// The ids of `target` that are FAILED now (a plain read: nothing is locked).

@@ -52,14 +52,14 @@ pub struct Handover {
     pub dry_run: bool,
 }
 
-/// The orders of one fleet (the relays of one outbox table and lease name).
-pub struct Orders {
+/// The orders to one fleet (the relays of one outbox table and lease name).
+pub struct FleetOrders {
     pool: Pool,
     outbox: OutboxTable,
     lease: LeaseStore,
 }
 
-impl Orders {
+impl FleetOrders {
     pub fn new(pool: Pool, outbox: OutboxTable, lease: LeaseStore) -> Self {
         Self { pool, outbox, lease }
     }
@@ -102,10 +102,7 @@ impl Orders {
             tx.rollback().await?;
             return Ok(handover(&leader, &leader, Duration::ZERO, true));
         }
-        if !self.lease.order_handover(&mut tx, leader.term).await? {
-            tx.rollback().await?;
-            return Err(OrderError::NoLeader);
-        }
+        self.lease.order_handover(&mut tx, leader.term).await?;
         let entry = AuditEntry {
             action: "handover",
             target: format!("leader of {}", self.outbox.qualified()),

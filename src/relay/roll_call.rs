@@ -9,10 +9,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::health::{Health, Role};
 use crate::metrics::RelayMetrics;
-use crate::store::{InstanceReport, Instances};
+use crate::store::{InstanceReport, InstanceRole, Instances};
 
 /// How often the instance reports.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
+/// How long a report may take: a primary that does not answer must not hold up a stop.
+const REPORT_WITHIN: Duration = Duration::from_secs(2);
 
 /// Who reports, and where its figures come from.
 pub(super) struct RollCall {
@@ -29,14 +31,14 @@ impl RollCall {
     fn report(&self, stopped: bool) -> InstanceReport {
         let readiness = self.health.readiness();
         let role = match (stopped, readiness.role) {
-            (true, _) => "stopped",
-            (false, Role::Leader) => "leader",
-            (false, Role::Standby) => "standby",
+            (true, _) => InstanceRole::Stopped,
+            (false, Role::Leader) => InstanceRole::Leader,
+            (false, Role::Standby) => InstanceRole::Standby,
         };
         InstanceReport {
             instance: self.instance.clone(),
             http: self.http.clone(),
-            role: role.to_owned(),
+            role,
             term: u64::try_from(self.metrics.leader_term.get()).unwrap_or_default(),
             ready: readiness.ready && !stopped,
             reason: readiness.reason,
@@ -54,7 +56,8 @@ pub(super) async fn roll_call(call: RollCall, stop: CancellationToken) {
             () = stop.cancelled() => true,
             _ = tick.tick() => false,
         };
-        match call.instances.report(&call.report(stopped)).await {
+        let reported = tokio::time::timeout(REPORT_WITHIN, call.instances.report(&call.report(stopped))).await;
+        match reported.unwrap_or_else(|_| Err(mysql_async::Error::Other("no answer within 2 s".into()))) {
             Ok(()) => refused = false,
             Err(error) if !refused => {
                 refused = true;

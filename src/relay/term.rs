@@ -118,9 +118,15 @@ async fn next(leading: &Leading<'_>, stop: &CancellationToken, seen: &mut Orders
             }
             None => {}
         }
-        tokio::select! {
-            changed = seen.changed() => if changed.is_err() { return Next::Stop },
-            () = stop.cancelled() => return Next::Stop,
+        // A paused leader is waiting, not wedged: liveness keeps beating.
+        let woke = leading.health.alive_while(async {
+            tokio::select! {
+                changed = seen.changed() => changed.is_ok(),
+                () = stop.cancelled() => false,
+            }
+        });
+        if !woke.await {
+            return Next::Stop;
         }
     }
 }
@@ -142,10 +148,12 @@ async fn run_pipeline(
     let supervisor = Supervisor::new(run.clone(), (*health).clone());
     let term_run =
         TermRun { config, warm, claims: &claims, term, supervisor: &supervisor, metrics: (*metrics).clone(), health };
-    // A start that waits on a dead primary or broker gives way to a stop or a lost lease.
+    // A start that waits on a dead primary or broker gives way to a stop, a lost lease
+    // or an operator's order.
     let started = tokio::select! {
         started = pipeline::start(term_run) => started,
         () = run.cancelled() => Ok(()),
+        () = halt_ordered(seen) => Ok(()),
     };
     if started.is_ok() {
         tokio::select! {
@@ -160,7 +168,7 @@ async fn run_pipeline(
     let joined = supervisor.join().await;
     release_claims(&claims).await;
     health.forget_pipeline();
-    metrics.binlog_connected.set(0);
+    metrics.pipeline_stopped();
     started.and(joined)
 }
 

@@ -13,14 +13,40 @@ use serde::Serialize;
 /// Rows older than this are removed by the next instance that reports.
 const FORGET_AFTER: Duration = Duration::from_secs(86_400);
 
+/// What an instance was doing when it last reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InstanceRole {
+    Leader,
+    Standby,
+    /// It exited (cleanly: it said so on the way out).
+    Stopped,
+}
+
+impl InstanceRole {
+    const ALL: [InstanceRole; 3] = [InstanceRole::Leader, InstanceRole::Standby, InstanceRole::Stopped];
+
+    /// The role as the table and `status` spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            InstanceRole::Leader => "leader",
+            InstanceRole::Standby => "standby",
+            InstanceRole::Stopped => "stopped",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|role| role.name() == name)
+    }
+}
+
 /// What an instance says of itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct InstanceReport {
     pub instance: String,
     /// Where its endpoints answer (host:port).
     pub http: String,
-    /// `leader`, `standby` or `stopped`.
-    pub role: String,
+    pub role: InstanceRole,
     pub term: u64,
     pub ready: bool,
     /// Why it is not ready.
@@ -65,7 +91,7 @@ impl Instances {
                 &self.fleet,
                 truncate_utf8(&me.instance, 255),
                 truncate_utf8(&me.http, 255),
-                &me.role,
+                me.role.name(),
                 me.term,
                 me.ready,
                 me.reason.as_deref().map(|r| truncate_utf8(r, 1024)),
@@ -80,7 +106,8 @@ impl Instances {
         .await
     }
 
-    /// Every instance of the fleet, the most recently seen first.
+    /// Every instance of the fleet, the most recently seen first (a row in a role this
+    /// relay does not know, written by a newer one, is left out).
     pub async fn list(&self) -> Result<Vec<InstanceSeen>, mysql_async::Error> {
         type Row = (String, String, String, u64, bool, Option<String>, String, f64);
         let rows: Vec<Row> = self
@@ -98,9 +125,12 @@ impl Instances {
             .await?;
         Ok(rows
             .into_iter()
-            .map(|(instance, http, role, term, ready, reason, version, seen_secs_ago)| InstanceSeen {
-                report: InstanceReport { instance, http, role, term, ready, reason, version },
-                seen_secs_ago,
+            .filter_map(|(instance, http, role, term, ready, reason, version, seen_secs_ago)| {
+                let role = InstanceRole::parse(&role)?;
+                Some(InstanceSeen {
+                    report: InstanceReport { instance, http, role, term, ready, reason, version },
+                    seen_secs_ago,
+                })
             })
             .collect())
     }

@@ -17,7 +17,7 @@ mod status;
 
 pub(crate) use claims::KeyUpTo;
 pub use claims::{ClaimStore, Claimed, Cutoff, Malformed};
-pub use instances::{InstanceReport, InstanceSeen, Instances};
+pub use instances::{InstanceReport, InstanceRole, InstanceSeen, Instances};
 pub use lease::{LeaseHolder, LeaseStore, TermFence, HANDOVER_GRACE};
 pub use orders::{Orders, Paused};
 pub use schema::{

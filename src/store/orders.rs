@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::lease::LeaseStore;
 
-/// Who paused the fleet, since when (the database's clock, UTC).
+/// Who paused the fleet, since when (UTC, the database's clock).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Paused {
     pub by: String,
@@ -75,7 +75,7 @@ impl LeaseStore {
         self.ensure_row(conn).await?;
         conn.exec_drop(
             format!(
-                "UPDATE {} SET paused_by = ?, paused_at = IF(? IS NULL, NULL, NOW(3)) WHERE name = ?",
+                "UPDATE {} SET paused_by = ?, paused_at = IF(? IS NULL, NULL, UTC_TIMESTAMP(3)) WHERE name = ?",
                 self.table()
             ),
             (by, by, self.name()),
@@ -83,18 +83,14 @@ impl LeaseStore {
         .await
     }
 
-    /// Orders the leader of `term` to hand its lease over, inside the caller's
-    /// transaction `tx`; `false` when `term` is not the current one any more.
-    pub(crate) async fn order_handover(
-        &self,
-        tx: &mut mysql_async::Transaction<'_>,
-        term: u64,
-    ) -> Result<bool, mysql_async::Error> {
-        tx.exec_drop(
+    /// Orders the leader of `term` to hand its lease over, on `conn` inside the
+    /// caller's transaction (which holds the lease row locked and checked `term`). An
+    /// order given twice is the same order.
+    pub(crate) async fn order_handover(&self, conn: &mut impl Queryable, term: u64) -> Result<(), mysql_async::Error> {
+        conn.exec_drop(
             format!("UPDATE {} SET handover_term = term WHERE name = ? AND term = ?", self.table()),
             (self.name(), term),
         )
-        .await?;
-        Ok(tx.affected_rows() == 1)
+        .await
     }
 }

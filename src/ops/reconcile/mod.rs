@@ -268,7 +268,7 @@ impl Reconcile<'_> {
 }
 
 /// The window's bounds in the session time zone of `conn`, as DATETIME literals.
-async fn local_bounds(conn: &mut Conn, window: &Window) -> Result<(String, String), mysql_async::Error> {
+pub(crate) async fn local_bounds(conn: &mut Conn, window: &Window) -> Result<(String, String), mysql_async::Error> {
     let (since, until) = (window.since.sql(), window.until.sql());
     let local: Option<(Option<String>, Option<String>)> = conn
         .exec_first(
