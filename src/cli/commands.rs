@@ -12,7 +12,7 @@ use outbox_relay::config::{Config, DbUrl};
 use outbox_relay::db;
 use outbox_relay::ops::check;
 use outbox_relay::ops::manual::{Change, FailedFilter, Manual, Operator, SentFilter, Target};
-use outbox_relay::ops::orders::FleetOrders;
+use outbox_relay::ops::orders::{FleetOrders, PauseOrder};
 use outbox_relay::ops::position::{LocalOutcome, LocalState, NewPosition, PositionChange, PositionView, Positions};
 use outbox_relay::ops::probe::{self, InstanceView};
 use outbox_relay::ops::reconcile::{DedupTable, Differences, Reconcile, Side, Window};
@@ -100,8 +100,8 @@ pub async fn run(config: &Config, command: OperatorCommand, json: bool) -> anyho
                 let change = manual.resend(&rows, &operator(&by), by.dry_run).await;
                 report_change(change.map_err(on_primary).with_context(|| format!("resend in {table}"))?, json)
             }
-            OperatorCommand::Pause { by } => set_paused(config, &pool, true, &by, json).await,
-            OperatorCommand::Resume { by } => set_paused(config, &pool, false, &by, json).await,
+            OperatorCommand::Pause { by } => set_paused(config, &pool, PauseOrder::Pause, &by, json).await,
+            OperatorCommand::Resume { by } => set_paused(config, &pool, PauseOrder::Resume, &by, json).await,
             OperatorCommand::Handover { within_secs, by } => {
                 let within = std::time::Duration::from_secs(within_secs);
                 let handover = orders(config, &pool).handover(&operator(&by), within, by.dry_run).await;
@@ -197,8 +197,9 @@ fn orders(config: &Config, pool: &Pool) -> FleetOrders {
 }
 
 /// `pause` and `resume`.
-async fn set_paused(config: &Config, pool: &Pool, paused: bool, by: &ByWhom, json: bool) -> anyhow::Result<()> {
-    let change = orders(config, pool).set_paused(paused, &operator(by), by.dry_run).await.with_context(|| {
+async fn set_paused(config: &Config, pool: &Pool, order: PauseOrder, by: &ByWhom, json: bool) -> anyhow::Result<()> {
+    let paused = order == PauseOrder::Pause;
+    let change = orders(config, pool).order(order, &operator(by), by.dry_run).await.with_context(|| {
         format!("{} the relay of {}", if paused { "pausing" } else { "resuming" }, config.outbox_table().qualified())
     })?;
     if json {

@@ -55,8 +55,8 @@ pub enum Target {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Change {
     pub action: &'static str,
-    /// The status the action takes rows from (`FAILED`, `SENT`).
-    pub from: &'static str,
+    /// The status the action takes rows from (FAILED, SENT).
+    pub from: RowStatus,
     pub ids: Vec<u64>,
     /// Ids that were not in that status (missing, or changed by someone else first).
     pub left_alone: Vec<u64>,
@@ -188,8 +188,7 @@ impl Manual {
         by: &Operator,
         dry_run: bool,
     ) -> Result<Change, mysql_async::Error> {
-        let change =
-            |ids, left_alone| Change { action: action.name, from: action.from.name(), ids, left_alone, dry_run };
+        let change = |ids, left_alone| Change { action: action.name, from: action.from, ids, left_alone, dry_run };
         if dry_run {
             return Ok(change(found, left_alone));
         }

@@ -31,10 +31,28 @@ pub enum OrderError {
     NoStandby { holder: String, term: u64, within: Duration },
 }
 
+/// An order about publishing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PauseOrder {
+    Pause,
+    Resume,
+}
+
+impl PauseOrder {
+    /// Its name, as the audit row and `--json` give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PauseOrder::Pause => "pause",
+            PauseOrder::Resume => "resume",
+        }
+    }
+}
+
 /// What a pause or resume changed (or, with `dry_run`, would change).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PauseChange {
-    pub action: &'static str,
+    pub action: PauseOrder,
     /// The pause before the order (`None`: it was running).
     pub before: Option<Paused>,
     pub paused: bool,
@@ -64,12 +82,13 @@ impl FleetOrders {
         Self { pool, outbox, lease }
     }
 
-    /// Pauses publishing fleet-wide (`true`) or resumes it (`false`), audited as done by `by`.
-    pub async fn set_paused(&self, paused: bool, by: &Operator, dry_run: bool) -> Result<PauseChange, OrderError> {
+    /// Pauses publishing fleet-wide or resumes it, audited as done by `by`.
+    pub async fn order(&self, order: PauseOrder, by: &Operator, dry_run: bool) -> Result<PauseChange, OrderError> {
+        let paused = order == PauseOrder::Pause;
         let mut conn = self.pool.get_conn().await?;
         let mut tx = conn.start_transaction(TxOpts::default()).await?;
         let before = self.lease.paused_for_update(&mut tx).await?;
-        let change = PauseChange { action: if paused { "pause" } else { "resume" }, before, paused, dry_run };
+        let change = PauseChange { action: order, before, paused, dry_run };
         if dry_run {
             tx.rollback().await?;
             return Ok(change);
@@ -77,7 +96,7 @@ impl FleetOrders {
         self.lease.set_paused(&mut tx, paused.then_some(by.name.as_str())).await?;
         let state = |paused: bool| if paused { "paused" } else { "running" }.to_owned();
         let entry = AuditEntry {
-            action: change.action,
+            action: order.name(),
             target: format!("leader of {}", self.outbox.qualified()),
             old_state: state(change.before.is_some()),
             new_state: state(paused),

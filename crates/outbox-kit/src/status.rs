@@ -1,7 +1,8 @@
 //! The status of an outbox row: the `status` column's closed set of values.
 
-/// `outbox_event.status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// `outbox_event.status`; serialized by its name (`"FAILED"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "UPPERCASE")]
 #[repr(u8)]
 pub enum RowStatus {
     /// Waiting to be published (new, or a retry booked with `next_retry_at`).
@@ -58,6 +59,9 @@ mod tests {
         assert_eq!(RowStatus::ALL.map(RowStatus::code), [0, 1, 2, 3, 4]);
         assert_eq!(RowStatus::from_code(2), Some(RowStatus::Sent));
         assert_eq!(RowStatus::from_code(9), None);
+        for status in RowStatus::ALL {
+            assert_eq!(serde_json::to_value(status).ok(), Some(serde_json::Value::from(status.name())));
+        }
         assert_eq!(RowStatus::Failed.to_string(), "FAILED");
     }
 }
