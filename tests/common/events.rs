@@ -61,14 +61,20 @@ pub fn delivery_counts(deliveries: &[Received]) -> HashMap<&str, usize> {
     counts
 }
 
-/// Events the broker stored more than once (at more than one broker, queue and
-/// offset): published twice. A consumer's own redeliveries are not counted.
-pub fn stored_twice(deliveries: &[Received]) -> Vec<&str> {
+/// How many times the broker stored each event (at distinct broker, queue and offset):
+/// how often it was published. A consumer's own redeliveries (of the same stored
+/// message, or through its retry topic) are not counted.
+pub fn stored_times(deliveries: &[Received]) -> HashMap<&str, usize> {
     let mut places: HashMap<&str, std::collections::HashSet<(&str, i32, i64)>> = HashMap::new();
     for d in deliveries.iter().filter(|d| d.reconsume_times == 0) {
         places.entry(d.event_id.as_str()).or_default().insert((d.broker_name.as_str(), d.queue_id, d.queue_offset));
     }
-    places.into_iter().filter(|(_, stored)| stored.len() > 1).map(|(id, _)| id).collect()
+    places.into_iter().map(|(id, stored)| (id, stored.len())).collect()
+}
+
+/// Events the broker stored more than once: published twice.
+pub fn stored_twice(deliveries: &[Received]) -> Vec<&str> {
+    stored_times(deliveries).into_iter().filter(|(_, times)| *times > 1).map(|(id, _)| id).collect()
 }
 
 pub async fn all_sent(outbox: &TestOutbox, expected: usize, deadline: Duration) {
