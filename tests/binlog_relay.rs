@@ -274,7 +274,14 @@ async fn sigkill_after_sends_before_the_checkpoint_gives_duplicates_never_loss()
     let duplicates: usize = counts.values().map(|c| c - 1).sum();
     eprintln!("after SIGKILL: {} distinct events, {duplicates} duplicates, {lost} lost", counts.len());
     assert_eq!(lost, 0, "nothing lost");
-    assert_eq!(duplicates, 100, "the unacknowledged-by-checkpoint range is resent once");
+    let first = got.iter().filter(|d| d.event_id == got[0].event_id);
+    let places: Vec<_> =
+        first.map(|d| (d.broker_name.as_str(), d.queue_id, d.queue_offset, d.relay_term, d.reconsume_times)).collect();
+    assert_eq!(
+        duplicates, 100,
+        "the unacknowledged-by-checkpoint range is resent once; {} was stored at {places:?}",
+        got[0].event_id
+    );
     scenario.finish(relay).await;
 }
 
