@@ -2,9 +2,8 @@
 //! enable it): they let a test prove that a panicking task stops the relay with exit
 //! code 1 and that a restart loses nothing, that a deposed leader's late writes
 //! change nothing, and (for the fault-injection harness) that a relay which marks
-//! events SENT without sending them is caught. Without the feature every hook is empty.
-
-use std::time::Duration;
+//! events SENT without sending them is caught, and that a slow start does not look
+//! ready early. Without the feature every hook is empty.
 
 /// Called by a lane after each SEND_OK of `events` events. With the feature and
 /// `OUTBOX_RELAY_FAULT_LANE_PANIC_AFTER=N` set, the lane that brings the process's
@@ -27,19 +26,37 @@ pub(crate) fn lane_sent(events: usize) {
 #[inline]
 pub(crate) fn lane_sent(_events: usize) {}
 
-/// How long the SENT writer waits before each write-back, as if the primary were slow
-/// for it: `OUTBOX_RELAY_FAULT_SENT_WRITE_DELAY_MS=N` with the feature, else none.
+/// A step the relay can be made slow at, as if what it waits for were slow.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+pub(crate) enum Slow {
+    /// Each SENT write-back, as if the primary were slow for it:
+    /// `OUTBOX_RELAY_FAULT_SENT_WRITE_DELAY_MS=N`.
+    SentWrite,
+    /// A new leader's first look at the operators' orders, before its pipeline starts:
+    /// `OUTBOX_RELAY_FAULT_TERM_START_DELAY_MS=N`.
+    TermStart,
+    /// A full sweep's first claim, after the binlog path's start position was read:
+    /// `OUTBOX_RELAY_FAULT_FULL_SWEEP_DELAY_MS=N`.
+    FullSweep,
+}
+
+/// Waits as long as `step`'s variable says, with the feature; else not at all.
 #[cfg(feature = "fault-injection")]
-pub(crate) fn sent_write_delay() -> Option<Duration> {
-    let millis = std::env::var("OUTBOX_RELAY_FAULT_SENT_WRITE_DELAY_MS").ok()?.parse().ok()?;
-    Some(Duration::from_millis(millis))
+pub(crate) async fn slow(step: Slow) {
+    let variable = match step {
+        Slow::SentWrite => "OUTBOX_RELAY_FAULT_SENT_WRITE_DELAY_MS",
+        Slow::TermStart => "OUTBOX_RELAY_FAULT_TERM_START_DELAY_MS",
+        Slow::FullSweep => "OUTBOX_RELAY_FAULT_FULL_SWEEP_DELAY_MS",
+    };
+    if let Some(millis) = std::env::var(variable).ok().and_then(|v| v.parse().ok()) {
+        tokio::time::sleep(std::time::Duration::from_millis(millis)).await;
+    }
 }
 
 #[cfg(not(feature = "fault-injection"))]
 #[inline]
-pub(crate) fn sent_write_delay() -> Option<Duration> {
-    None
-}
+pub(crate) async fn slow(_step: Slow) {}
 
 /// True for the send that must be acknowledged without reaching the broker, as if a
 /// timeout had been taken for SEND_OK: every Nth send with the feature and

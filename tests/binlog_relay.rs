@@ -19,7 +19,7 @@ use outbox_kit::RowStatus;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolled_back_rows_other_tables_and_updates_publish_nothing() {
     let scenario = Scenario::new("quiet").await;
-    let Scenario { stack, outbox, events, .. } = &scenario;
+    let Scenario { outbox, events, .. } = &scenario;
     let (prefix, topic) = (&events.prefix, &events.topic);
     let relay = scenario.relay().await;
 
@@ -38,14 +38,8 @@ async fn rolled_back_rows_other_tables_and_updates_publish_nothing() {
     scenario.all_sent(1).await;
 
     // Ask the broker itself what the test's own topic holds: exactly the real row and
-    // the marker (queue max offsets count every stored message).
-    let producer = stack.producer("quiet_check").await;
-    assert_eq!(
-        producer.stored_count(topic).await.expect("queue offsets"),
-        2,
-        "only the real row and the marker are published"
-    );
-    producer.shutdown().await;
+    // the marker.
+    assert_eq!(scenario.stored().await, 2, "only the real row and the marker are published");
     scenario.finish(relay).await;
 }
 
@@ -103,7 +97,7 @@ async fn xa_rows_are_published_after_xa_commit_only_even_when_the_relay_restarts
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_rolled_back_to_a_savepoint_are_not_published() {
     let scenario = Scenario::consumed("savepoint").await;
-    let Scenario { stack, outbox, events, .. } = &scenario;
+    let Scenario { outbox, events, .. } = &scenario;
     let relay = scenario.relay().await;
     let aria = format!("app.{}_aria", outbox.name());
     outbox
@@ -153,13 +147,7 @@ async fn rows_rolled_back_to_a_savepoint_are_not_published() {
         .map(|name| events.id(name, 0))
         .collect();
     assert_eq!(distinct_ids(&got), expected, "only the rows that committed arrive");
-    let producer = stack.producer("savepoint_check").await;
-    assert_eq!(
-        producer.stored_count(&events.topic).await.expect("queue offsets"),
-        5,
-        "no rolled-back row was published"
-    );
-    producer.shutdown().await;
+    assert_eq!(scenario.stored().await, 5, "no rolled-back row was published");
     scenario.finish(relay).await;
 }
 
@@ -246,6 +234,51 @@ async fn rows_committed_while_the_relay_is_stopped_stay_pending_then_are_sent_on
     let (file, pos) = mirror.expect("a checkpoint mirror row for this outbox table");
     assert!(!file.is_empty() && pos > 4, "mirrored position {file}:{pos}");
     scenario.close().await;
+}
+
+/// A leader is ready only once its pipeline has started: its start position saved, its
+/// first (full) sweep done, its reader streaming. A row committed the moment `/readyz`
+/// says so is the binlog path's alone, even when the term starts slowly; a leader that
+/// said ready before its position was taken would leave that row to the full sweep
+/// too, and publish it twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_start_is_not_ready_until_the_pipeline_runs_and_a_row_written_at_ready_is_sent_once() {
+    let scenario = Scenario::new("slow_start").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let options = scenario.options().env("OUTBOX_RELAY_FAULT_TERM_START_DELAY_MS", 3_000);
+    let mut relay = RelayProcess::start(stack, &options);
+    relay.wait_role("leader", Duration::from_secs(60)).await;
+    outbox.insert_tx(&events.rows("at-ready", 0..1)).await;
+    scenario.all_sent(1).await;
+    assert_eq!(relay.metric("relay_events_published_total{path=\"binlog\"}"), 1.0, "read from the binlog");
+    assert_eq!(relay.metric("relay_events_published_total{path=\"sweep\"}"), 0.0, "not by the start's full sweep");
+    assert_eq!(scenario.stored().await, 1, "stored once");
+    scenario.finish(relay).await;
+}
+
+/// A first start reads the current binlog position, then sweeps every row committed
+/// so far. Rows committed in between are in both: the sweep sends them, and the binlog
+/// path, meeting them after its position, skips them instead of sending them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_committed_between_the_start_position_and_the_full_sweep_are_sent_once() {
+    let scenario = Scenario::new("start_overlap").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let options = scenario.options().env("OUTBOX_RELAY_FAULT_FULL_SWEEP_DELAY_MS", 3_000);
+    let mut relay = RelayProcess::start(stack, &options);
+    // The full sweep is asked for once the start position is read; it claims 3 s later.
+    eventually("the first start's full sweep asked for", Duration::from_secs(60), || async {
+        (relay.try_metric("relay_full_sweeps_total") == Some(1.0)).then_some(())
+    })
+    .await;
+    outbox.insert_tx(&events.rows("between", 0..10)).await;
+    relay.wait_ready().await;
+    scenario.all_sent(10).await;
+    assert_eq!(relay.metric("relay_events_published_total{path=\"sweep\"}"), 10.0, "the full sweep sent them");
+    outbox.insert_tx(&events.rows("after", 0..1)).await;
+    scenario.all_sent(11).await;
+    assert_eq!(relay.metric("relay_events_published_total{path=\"binlog\"}"), 1.0, "the binlog path skipped them");
+    assert_eq!(scenario.stored().await, 11, "each stored once");
+    scenario.finish(relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

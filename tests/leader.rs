@@ -264,6 +264,22 @@ async fn a_killed_leaders_standby_takes_over_within_the_lease_from_the_mirror_wi
     assert_eq!(standby.metric("relay_position_lost_total"), 0.0);
     assert_eq!(standby.metric("relay_leader"), 1.0);
     scenario.received(60).await;
+    // The killed leader never said it stopped: once it has missed three reports, the
+    // fleet's status calls its row stale instead of showing a second live leader.
+    let fleet_now = || async {
+        let status = stdout(&cli(stack, outbox, &["status", "--json"]));
+        let status: serde_json::Value = serde_json::from_str(&status).expect("status --json");
+        let leaders: Vec<(bool, bool)> = status["fleet"]
+            .as_array()?
+            .iter()
+            .filter(|i| i["role"] == "leader")
+            .map(|i| (i["silent"] == true, i["ready"] == true))
+            .collect();
+        let mut sorted = leaders.clone();
+        sorted.sort();
+        (sorted == [(false, true), (true, true)]).then_some(leaders)
+    };
+    eventually("the killed leader's row is silent, the new leader's is not", Duration::from_secs(40), fleet_now).await;
     scenario.finish(standby).await;
 }
 

@@ -493,11 +493,21 @@ fn print_fleet(fleet: &Result<Vec<InstanceSeen>, String>) {
                     i.report.role.name().to_owned(),
                     i.report.term.to_string(),
                     ready,
-                    format!("{:.0} s ago", i.seen_secs_ago),
+                    seen_ago(i),
                 ]
             })
             .collect(),
     );
+}
+
+/// When an instance last reported; a silent one's row is stale, and says so.
+fn seen_ago(instance: &InstanceSeen) -> String {
+    let ago = format!("{:.0} s ago", instance.seen_secs_ago);
+    if instance.silent {
+        format!("{ago}: SILENT (killed, hung or cut off from the primary; its row is stale)")
+    } else {
+        ago
+    }
 }
 
 /// Prints what the instance on `http.listen` says of itself: role, lags, problems.

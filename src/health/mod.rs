@@ -61,6 +61,23 @@ struct State {
     role: Role,
 }
 
+impl State {
+    /// The first report of an outage keeps its start time; later ones update the reason.
+    fn report(&mut self, part: Part, reason: String) {
+        self.problems
+            .entry(part)
+            .and_modify(|p| p.reason.clone_from(&reason))
+            .or_insert(Problem { reason, since: Instant::now() });
+    }
+
+    fn pipeline_starting(&mut self, binlog: bool) {
+        self.report(Part::Sweep, "sweep: the first sweep has not run yet".into());
+        if binlog {
+            self.report(Part::BinlogSource, "binlog source: not streaming yet (starting)".into());
+        }
+    }
+}
+
 /// Whether this instance publishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -111,13 +128,7 @@ impl Health {
     /// `part` does not work, because of `reason`. The first report of an outage keeps
     /// its start time; later ones update the reason.
     pub(crate) fn problem(&self, part: Part, reason: impl Into<String>) {
-        let reason = reason.into();
-        let mut state = self.lock();
-        state
-            .problems
-            .entry(part)
-            .and_modify(|p| p.reason.clone_from(&reason))
-            .or_insert(Problem { reason, since: Instant::now() });
+        self.lock().report(part, reason.into());
     }
 
     /// `part` works again.
@@ -133,14 +144,27 @@ impl Health {
         self.lock().problems.contains_key(part)
     }
 
-    /// This instance now has `role`. A standby runs no pipeline, so every problem of
-    /// the last term's parts is forgotten (the lease's own stays).
-    pub(crate) fn set_role(&self, role: Role) {
+    /// This instance is a standby. It runs no pipeline, so every problem of the last
+    /// term's parts is forgotten (the lease's own stays).
+    pub(crate) fn stand_by(&self) {
         let mut state = self.lock();
-        state.role = role;
-        if role == Role::Standby {
-            state.problems.retain(|part, _| matches!(part, Part::Lease | Part::Stopping));
-        }
+        state.role = Role::Standby;
+        state.problems.retain(|part, _| matches!(part, Part::Lease | Part::Stopping));
+    }
+
+    /// This instance took the lease. In the same instant it is not ready until its
+    /// pipeline has started (see [`Self::pipeline_starting`]): a leader whose pipeline
+    /// has not yet saved its start position or run its first sweep must not look ready.
+    pub(crate) fn lead(&self, binlog: bool) {
+        let mut state = self.lock();
+        state.role = Role::Leader;
+        state.pipeline_starting(binlog);
+    }
+
+    /// The pipeline starts (a new term, or a resume): not ready until the first sweep
+    /// ran and, with a binlog source, the reader streams; those parts clear it.
+    pub(crate) fn pipeline_starting(&self, binlog: bool) {
+        self.lock().pipeline_starting(binlog);
     }
 
     /// The term's pipeline stopped (paused, handed over): the problems of its parts
@@ -236,14 +260,29 @@ mod tests {
     #[test]
     fn a_standby_forgets_the_problems_of_its_last_term() {
         let health = Health::new();
-        health.set_role(Role::Leader);
+        health.lead(true);
         health.problem(Part::BinlogSource, "binlog source: connection lost");
         health.problem(Part::Lease, "lease: the primary does not answer");
-        health.set_role(Role::Standby);
+        health.stand_by();
         let readiness = health.readiness();
         assert_eq!(readiness.role, Role::Standby);
         assert_eq!(readiness.problems.len(), 1, "{readiness:?}");
         assert!(readiness.problems[0].starts_with("lease:"));
+    }
+
+    #[test]
+    fn a_new_leader_is_not_ready_until_its_pipeline_says_it_started() {
+        let health = Health::new();
+        health.lead(true);
+        let readiness = health.readiness();
+        assert_eq!((readiness.ready, readiness.role), (false, Role::Leader), "{readiness:?}");
+        health.clear(&Part::Sweep);
+        assert!(!health.readiness().ready, "the reader does not stream yet");
+        health.clear(&Part::BinlogSource);
+        assert!(health.readiness().ready);
+        health.lead(false);
+        health.clear(&Part::Sweep);
+        assert!(health.readiness().ready, "poll mode: the sweep alone");
     }
 
     #[test]

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, Mode};
 use crate::db::{self, DbError};
-use crate::health::{notify, Health, Notifier, Part, Role};
+use crate::health::{notify, Health, Notifier, Part};
 use crate::http;
 use crate::leader::{wait_for_lease, Standby, Term, TermTiming};
 use crate::metrics::{gauge_value, RelayMetrics};
@@ -182,7 +182,7 @@ async fn elect(
         Duration::from_millis(config.rocketmq.send_timeout_ms),
     );
     loop {
-        health.set_role(Role::Standby);
+        health.stand_by();
         metrics.stand_down();
         let standby = Standby {
             lease: &warm.lease,
@@ -195,7 +195,7 @@ async fn elect(
             return Ok(());
         };
         tracing::info!(term = term.number(), "took the leader lease: publishing");
-        health.set_role(Role::Leader);
+        health.lead(warm.binlog.is_some());
         metrics.leader.set(1);
         metrics.leader_term.set(gauge_value(term.number()));
         let leading = Leading { config, warm, term: &term, timing, metrics, health, shutdown };

@@ -1,18 +1,18 @@
 //! This instance's line in the fleet's roll call (`outbox_relay_instances`): its role,
-//! term and readiness every few seconds, and `stopped` as it exits, so `outbox-relay
-//! status` run anywhere shows every instance of the fleet. A primary that refuses the
-//! write (a missing grant) costs one warning, never the relay.
+//! term and readiness every few seconds and as they change, and `stopped` as it
+//! exits, so `outbox-relay status` run anywhere shows every instance of the fleet. A
+//! primary that refuses the write (a missing grant) costs one warning, never the relay.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use crate::health::{Health, Role};
 use crate::metrics::RelayMetrics;
-use crate::store::{InstanceReport, InstanceRole, Instances};
+use crate::store::{InstanceReport, InstanceRole, Instances, REPORT_EVERY};
 
-/// How often the instance reports.
-const REPORT_EVERY: Duration = Duration::from_secs(5);
+/// How often the instance looks whether what it reports changed.
+const LOOK_EVERY: Duration = Duration::from_millis(250);
 /// How long a report may take: a primary that does not answer must not hold up a stop.
 const REPORT_WITHIN: Duration = Duration::from_secs(2);
 
@@ -47,16 +47,26 @@ impl RollCall {
     }
 }
 
-/// Reports every [`REPORT_EVERY`] until `stop`, then once more as stopped.
+/// Reports every [`REPORT_EVERY`], and at once when its role, term or readiness
+/// changes (looked at every [`LOOK_EVERY`]), until `stop`; then once more as stopped.
 pub(super) async fn roll_call(call: RollCall, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(REPORT_EVERY);
+    let mut look = tokio::time::interval(LOOK_EVERY);
+    let mut written: Option<(InstanceReport, Instant)> = None;
     let mut refused = false;
     loop {
         let stopped = tokio::select! {
             () = stop.cancelled() => true,
-            _ = tick.tick() => false,
+            _ = look.tick() => false,
         };
-        let reported = tokio::time::timeout(REPORT_WITHIN, call.instances.report(&call.report(stopped))).await;
+        let report = call.report(stopped);
+        let current = written.as_ref().is_some_and(|(last, at)| !changed(last, &report) && at.elapsed() < REPORT_EVERY);
+        if current && !stopped {
+            continue;
+        }
+        let reported = tokio::time::timeout(REPORT_WITHIN, call.instances.report(&report)).await;
+        // A failed write waits for the next period too: a refusing primary is asked
+        // every few seconds, not four times a second.
+        written = Some((report, Instant::now()));
         match reported.unwrap_or_else(|_| Err(mysql_async::Error::Other("no answer within 2 s".into()))) {
             Ok(()) => refused = false,
             Err(error) if !refused => {
@@ -69,4 +79,9 @@ pub(super) async fn roll_call(call: RollCall, stop: CancellationToken) {
             return;
         }
     }
+}
+
+/// Whether the roll call's reader would see another instance than `last` said.
+fn changed(last: &InstanceReport, now: &InstanceReport) -> bool {
+    (last.role, last.term, last.ready) != (now.role, now.term, now.ready)
 }

@@ -19,6 +19,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Instant;
 
 use mysql_async::Pool;
 
@@ -86,6 +87,7 @@ impl BinlogSource {
             check_pins(config, chosen)?;
         }
         let before = chosen.as_ref().map(|c| c.server_identity.clone()).unwrap_or_default();
+        let read_at = Instant::now();
         let (checkpoint, kind) = match chosen {
             Some(saved) if saved.server_identity == self.server.identity => (saved, StartKind::Resume),
             Some(mut saved) if self.resumes_by_gtid(&saved) => {
@@ -113,7 +115,7 @@ impl BinlogSource {
         }
         let position = &checkpoint.position;
         tracing::info!(file = %position.file, pos = position.pos, gtid = ?position.gtid, from_mirror, start = ?kind, "starting from checkpoint");
-        let start = Start { position: position.clone(), kind };
+        let start = Start { position: position.clone(), kind, read_at };
         Ok(BinlogStart { checkpoint, start })
     }
 

@@ -11,6 +11,7 @@ use super::pipeline::{self, TermRun};
 use super::{ok, release_claims, Warm};
 use crate::config::Config;
 use crate::error::RelayError;
+use crate::fault::{self, Slow};
 use crate::health::{Health, Part};
 use crate::leader::{keep, read_orders, Keeper, OrdersSeen, Term, TermTiming};
 use crate::metrics::RelayMetrics;
@@ -62,6 +63,7 @@ pub(super) async fn lead(leading: &Leading<'_>) -> Result<TermEnd, RelayError> {
     keeping.spawn("lease keeper", ok(keep(keeper, done.clone())));
     let (seen_tx, mut seen) = watch::channel(None);
     keeping.spawn("operators' orders", ok(read_orders(warm.lease.clone(), (*term).clone(), seen_tx, done.clone())));
+    fault::slow(Slow::TermStart).await;
     let led = publish_between_pauses(leading, &stop, &mut seen).await;
     stop.cancel();
     done.cancel();
@@ -138,11 +140,7 @@ async fn run_pipeline(
     seen: &mut OrdersSeen,
 ) -> Result<(), RelayError> {
     let Leading { config, warm, term, metrics, health, .. } = leading;
-    // Not ready until the parts say they work: the first sweep ran, the reader streams.
-    health.problem(Part::Sweep, "sweep: the first sweep has not run yet");
-    if warm.binlog.is_some() {
-        health.problem(Part::BinlogSource, "binlog source: not streaming yet (starting)");
-    }
+    health.pipeline_starting(warm.binlog.is_some());
     let run = stop.child_token();
     let claims = warm.claims.under(warm.lease.fence(term.number()));
     let supervisor = Supervisor::new(run.clone(), (*health).clone());

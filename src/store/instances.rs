@@ -10,6 +10,11 @@ use mysql_async::Pool;
 use outbox_kit::truncate_utf8;
 use serde::Serialize;
 
+/// How often a running instance reports.
+pub(crate) const REPORT_EVERY: Duration = Duration::from_secs(5);
+/// An instance not heard from for three reports, that did not say it stopped, is
+/// silent: killed, hung, or cut off from the primary.
+const SILENT_AFTER: Duration = Duration::from_secs(3 * REPORT_EVERY.as_secs());
 /// Rows older than this are removed by the next instance that reports.
 const FORGET_AFTER: Duration = Duration::from_secs(86_400);
 
@@ -61,6 +66,16 @@ pub struct InstanceSeen {
     pub report: InstanceReport,
     /// Seconds since it last reported (the database's clock).
     pub seen_secs_ago: f64,
+    /// It has missed three reports without saying it stopped: what the row says of
+    /// it is stale (it was killed, hangs, or cannot reach the primary).
+    pub silent: bool,
+}
+
+impl InstanceSeen {
+    fn new(report: InstanceReport, seen_secs_ago: f64) -> Self {
+        let silent = report.role != InstanceRole::Stopped && seen_secs_ago > SILENT_AFTER.as_secs_f64();
+        Self { report, seen_secs_ago, silent }
+    }
 }
 
 /// The roll call of one fleet.
@@ -127,11 +142,37 @@ impl Instances {
             .into_iter()
             .filter_map(|(instance, http, role, term, ready, reason, version, seen_secs_ago)| {
                 let role = InstanceRole::parse(&role)?;
-                Some(InstanceSeen {
-                    report: InstanceReport { instance, http, role, term, ready, reason, version },
+                Some(InstanceSeen::new(
+                    InstanceReport { instance, http, role, term, ready, reason, version },
                     seen_secs_ago,
-                })
+                ))
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(role: InstanceRole, secs_ago: f64) -> InstanceSeen {
+        let report = InstanceReport {
+            instance: "vm:1:1".into(),
+            http: "127.0.0.1:9464".into(),
+            role,
+            term: 3,
+            ready: true,
+            reason: None,
+            version: "0.1.0".into(),
+        };
+        InstanceSeen::new(report, secs_ago)
+    }
+
+    #[test]
+    fn an_instance_that_missed_three_reports_is_silent_unless_it_said_it_stopped() {
+        assert!(!seen(InstanceRole::Leader, 14.0).silent);
+        assert!(seen(InstanceRole::Leader, 16.0).silent);
+        assert!(seen(InstanceRole::Standby, 600.0).silent);
+        assert!(!seen(InstanceRole::Stopped, 600.0).silent, "a stopped instance said so");
     }
 }

@@ -17,6 +17,7 @@ mod status;
 
 pub(crate) use claims::KeyUpTo;
 pub use claims::{ClaimStore, Claimed, Cutoff, Malformed};
+pub(crate) use instances::REPORT_EVERY;
 pub use instances::{InstanceReport, InstanceRole, InstanceSeen, Instances};
 pub use lease::{LeaseHolder, LeaseStore, TermFence, HANDOVER_GRACE};
 pub use orders::{Orders, Paused};

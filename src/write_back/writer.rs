@@ -28,7 +28,7 @@ use tokio::task::{Id, JoinError, JoinSet};
 
 use super::{Unwritten, WriteBack};
 use crate::backoff::Backoff;
-use crate::fault::{self, SentWriteFault};
+use crate::fault::{self, SentWriteFault, Slow};
 use crate::metrics::{RelayMetrics, WriteMiss};
 use crate::store::{Sent, SentConn, SentStore, IDS_LOGGED};
 
@@ -201,9 +201,7 @@ async fn gather(input: &mut mpsc::Receiver<WriteBack>, batch: &mut Vec<Sent>, fl
 /// Writes `batch`, retrying; reports what it could not change; gives back the
 /// connection to keep, if any.
 async fn write(store: &SentStore, mut slot: Slot, batch: &[Sent], backoff: &Backoff, misses: &Misses) -> Slot {
-    if let Some(delay) = fault::sent_write_delay() {
-        tokio::time::sleep(delay).await;
-    }
+    fault::slow(Slow::SentWrite).await;
     let rows = match fault::sent_write_fault() {
         SentWriteFault::None => batch,
         SentWriteFault::Short => &batch[1..],

@@ -102,6 +102,11 @@ impl RelayProcess {
         self.0.metric(name).unwrap_or_else(|e| panic!("{e:#}"))
     }
 
+    /// Like [`Self::metric`], `None` while the relay does not answer (yet).
+    pub fn try_metric(&self, name: &str) -> Option<f64> {
+        self.0.metric(name).ok()
+    }
+
     /// The sum of every series of the metric family `name`.
     pub fn metric_sum(&self, name: &str) -> f64 {
         self.0.metric_sum(name).unwrap_or_else(|e| panic!("{e:#}"))

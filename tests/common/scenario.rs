@@ -73,6 +73,15 @@ impl Scenario {
         assert_per_key_order(&self.stack, &self.events.topic, deliveries).await;
     }
 
+    /// How many messages the broker stores in the scenario's topic (its queues' max
+    /// offsets): every publish, duplicates included, whether consumed or not.
+    pub async fn stored(&self) -> i64 {
+        let producer = self.stack.producer(&format!("{}_check", self.events.prefix)).await;
+        let stored = producer.stored_count(&self.events.topic).await.expect("queue offsets");
+        producer.shutdown().await;
+        stored
+    }
+
     pub fn collector(&self) -> &Collector {
         self.collector.as_ref().expect("a scenario made with Scenario::consumed has a consumer")
     }

@@ -40,7 +40,7 @@ mod statement;
 mod xa;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use mysql_async::prelude::Queryable;
@@ -132,6 +132,9 @@ pub struct ReaderLinks {
 pub struct Start {
     pub position: BinlogPosition,
     pub kind: StartKind,
+    /// When `position` was read from the source (for a fresh or lost start, whose
+    /// full sweep and the binlog path both see what was committed since).
+    pub read_at: Instant,
 }
 
 /// Why the reader starts where it does.
@@ -170,8 +173,8 @@ impl Reader {
         let mut position = start.position;
         match start.kind {
             StartKind::Resume => {}
-            StartKind::Fresh => self.full_sweep("first start: no checkpoint".into(), &position).await?,
-            StartKind::PositionLost(reason) => self.position_lost(reason, &position).await?,
+            StartKind::Fresh => self.full_sweep("first start: no checkpoint".into(), &position, start.read_at).await?,
+            StartKind::PositionLost(reason) => self.position_lost(reason, &position, start.read_at).await?,
         }
         let mut failures = 0u32;
         loop {
@@ -227,13 +230,20 @@ impl Reader {
         detail: &str,
     ) -> Result<BinlogPosition, PipelineClosed> {
         let current = self.current_position().await;
+        let read_at = Instant::now();
         let reason = format!("the source cannot read binlog {}:{} any more (purged?): {detail}", lost.file, lost.pos);
-        self.position_lost(reason, &current).await?;
+        self.position_lost(reason, &current, read_at).await?;
         Ok(current)
     }
 
-    /// Counts and reports a lost position, then sweeps and moves on to `resume_at`.
-    async fn position_lost(&self, reason: String, resume_at: &BinlogPosition) -> Result<(), PipelineClosed> {
+    /// Counts and reports a lost position, then sweeps and moves on to `resume_at`
+    /// (read from the source at `read_at`).
+    async fn position_lost(
+        &self,
+        reason: String,
+        resume_at: &BinlogPosition,
+        read_at: Instant,
+    ) -> Result<(), PipelineClosed> {
         self.links.metrics.position_lost.inc();
         self.links.watermark.forget_takeover();
         self.links.health.problem(
@@ -241,7 +251,7 @@ impl Reader {
             format!("binlog source: position lost ({reason}); sweeping every PENDING row, then tailing again"),
         );
         tracing::error!(%reason, file = %resume_at.file, pos = resume_at.pos, "binlog position lost: sweeping every PENDING row, then tailing from the current position; nothing is skipped");
-        self.full_sweep(reason, resume_at).await
+        self.full_sweep(reason, resume_at, read_at).await
     }
 
     async fn current_position(&self) -> BinlogPosition {
@@ -273,11 +283,13 @@ impl Reader {
     }
 
     /// Has the sweep hand on every row committed so far, then moves the checkpoint to
-    /// `from` (where tailing starts) once everything before is acknowledged.
-    async fn full_sweep(&self, reason: String, from: &BinlogPosition) -> Result<(), PipelineClosed> {
+    /// `from` (where tailing starts, read from the source at `read_at`) once
+    /// everything before is acknowledged.
+    async fn full_sweep(&self, reason: String, from: &BinlogPosition, read_at: Instant) -> Result<(), PipelineClosed> {
         self.links.metrics.full_sweeps.inc();
         let (done, swept) = oneshot::channel();
-        self.links.sweeps.send(FullSweep { reason, done }).await.map_err(|_| PipelineClosed)?;
+        let request = FullSweep { reason, position_read: read_at, done };
+        self.links.sweeps.send(request).await.map_err(|_| PipelineClosed)?;
         swept.await.map_err(|_| PipelineClosed)?;
         self.links.handoff.send(SourceTx::binlog(Vec::new(), from.clone())).await
     }

@@ -9,20 +9,23 @@
 //! take is the [`Cutoff`]: everything in poll mode; in binlog mode only rows the
 //! binlog path has passed ([`watermark`]). A full sweep (first start, lost binlog
 //! position) takes every row committed before it began, and reports when it has
-//! handed them all on, so the binlog path attaches after them (per-key order).
+//! handed them all on, so the binlog path attaches after them (per-key order); the
+//! binlog path skips the ones it reads again (committed after its position was read).
 //! While the binlog path is down the sweep runs at least every [`TAKEOVER_PERIOD`],
 //! so a takeover delivers within seconds, not at the slow fallback period.
 
 pub mod watermark;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::config::{Mode, SweepConfig};
+use crate::event::OutboxEvent;
+use crate::fault::{self, Slow};
 use crate::health::{Health, Part};
 use crate::lanes::HeldKeys;
 use crate::metrics::{FailReason, RelayMetrics};
@@ -92,7 +95,41 @@ pub fn full_sweeps() -> (mpsc::Sender<FullSweep>, mpsc::Receiver<FullSweep>) {
 /// A request for a full sweep; `done` fires once every row it covers is handed on.
 pub struct FullSweep {
     pub reason: String,
+    /// When the position the binlog path tails from afterwards was read: rows committed
+    /// since then are in its stream too, and it skips the ones this sweep claimed.
+    pub position_read: Instant,
     pub done: oneshot::Sender<()>,
+}
+
+/// Which claimed rows the binlog path may still read (it skips those it meets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AheadOfBinlog {
+    /// None: the binlog path has passed every row the claim may take.
+    Nothing,
+    /// Every one: claimed during a takeover, or left behind by a held key.
+    Every,
+    /// Those created from this instant on (the database's local clock in microseconds,
+    /// as `created_at` reads): a full sweep's rows committed after the binlog path's
+    /// position was read.
+    CreatedFrom(i64),
+}
+
+impl AheadOfBinlog {
+    /// What a periodic claim up to `cutoff` may take ahead of the binlog path.
+    fn of(cutoff: &Cutoff) -> Self {
+        match cutoff {
+            Cutoff::OlderThan(_) | Cutoff::Behind(_) => AheadOfBinlog::Every,
+            _ => AheadOfBinlog::Nothing,
+        }
+    }
+
+    fn covers(self, event: &OutboxEvent) -> bool {
+        match self {
+            AheadOfBinlog::Nothing => false,
+            AheadOfBinlog::Every => true,
+            AheadOfBinlog::CreatedFrom(from) => event.created_local_us.is_none_or(|created| created >= from),
+        }
+    }
 }
 
 /// What the sweep claims from, hands on to and reports to.
@@ -226,7 +263,7 @@ impl Sweeper {
         if !self.release_held().await {
             return false;
         }
-        let swept = match self.claim_all(&claim).await {
+        let swept = match self.claim_all(&claim, AheadOfBinlog::of(&claim)).await {
             Ok(()) => self.note_fence(fence_behind.as_ref()).await.map_err(Stop::Database),
             Err(stop) => Err(stop),
         };
@@ -358,7 +395,7 @@ impl Sweeper {
             .map(|((topic, biz_key), waiting)| KeyUpTo { topic, biz_key, up_to: waiting.up_to })
             .collect();
         for keys in held.chunks(RELEASE_KEYS) {
-            if let Err(stop) = self.claim_all(&Cutoff::Behind(keys.to_vec())).await {
+            if let Err(stop) = self.claim_all(&Cutoff::Behind(keys.to_vec()), AheadOfBinlog::Every).await {
                 return self.claim_failed(&stop);
             }
         }
@@ -387,14 +424,15 @@ impl Sweeper {
     /// Sweeps every row created before now, retrying the database until it is done.
     async fn full_sweep(&self, request: FullSweep) {
         tracing::warn!(reason = %request.reason, "full sweep: every PENDING row committed so far is claimed and sent");
+        fault::slow(Slow::FullSweep).await;
         let backoff = FULL_SWEEP_RETRY;
         let mut failures = 0u32;
         self.settle_write_backs().await;
         loop {
-            let swept = match self.claims.now().await {
-                Ok(now) => {
+            let swept = match self.full_sweep_bounds(request.position_read).await {
+                Ok((now, ahead)) => {
                     self.reclaim().await;
-                    self.claim_all(&Cutoff::Before(now)).await
+                    self.claim_all(&Cutoff::Before(now), ahead).await
                 }
                 Err(error) => Err(Stop::Database(error)),
             };
@@ -413,8 +451,28 @@ impl Sweeper {
         let _ = request.done.send(());
     }
 
-    /// Claims and hands on batches until a claim comes back short.
-    async fn claim_all(&self, cutoff: &Cutoff) -> Result<(), Stop> {
+    /// A full sweep claims every row created before the database's now; the binlog
+    /// path reads again those committed after `position_read`, so those are remembered
+    /// for it to skip: rows created since then, less the grace that covers transactions
+    /// open for a while (their rows were created before their commit).
+    async fn full_sweep_bounds(&self, position_read: Instant) -> Result<(f64, AheadOfBinlog), mysql_async::Error> {
+        let now = self.claims.now().await?;
+        let Some(guard) = &self.settings.binlog else { return Ok((now, AheadOfBinlog::Nothing)) };
+        let ahead = match self.claims.local_now_us().await? {
+            Some(local_now) => {
+                let back = position_read.elapsed().saturating_add(guard.grace);
+                AheadOfBinlog::CreatedFrom(
+                    local_now.saturating_sub(i64::try_from(back.as_micros()).unwrap_or(i64::MAX)),
+                )
+            }
+            None => AheadOfBinlog::Every,
+        };
+        Ok((now, ahead))
+    }
+
+    /// Claims and hands on batches until a claim comes back short; the rows the binlog
+    /// path may still read (`ahead`) are remembered for it to skip.
+    async fn claim_all(&self, cutoff: &Cutoff, ahead: AheadOfBinlog) -> Result<(), Stop> {
         if *cutoff == Cutoff::Nothing {
             return Ok(());
         }
@@ -427,9 +485,11 @@ impl Sweeper {
             self.fail_malformed(&malformed).await.map_err(Stop::Database)?;
             if let Some(first) = events.first() {
                 self.metrics.swept.inc_by(claimed as u64);
-                if let (Cutoff::OlderThan(_) | Cutoff::Behind(_), Some(guard)) = (cutoff, &self.settings.binlog) {
-                    // Ahead of the binlog path: it skips these if it meets them later.
-                    guard.watermark.swept_ahead(events.iter().map(|e| e.id));
+                if let Some(guard) = &self.settings.binlog {
+                    let ahead: Vec<u64> = events.iter().filter(|e| ahead.covers(e)).map(|e| e.id).collect();
+                    if !ahead.is_empty() {
+                        guard.watermark.swept_ahead(ahead);
+                    }
                 }
                 tracing::debug!(claimed, first_id = first.id, "sweep claimed rows");
                 let batch = SourceTx { events, origin: Origin::Sweep { retry_counts } };

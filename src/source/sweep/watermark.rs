@@ -67,9 +67,10 @@ impl Watermark {
         }
     }
 
-    /// The sweep claimed `ids` ahead of the binlog path: while it had taken over, or
-    /// rows a released key left behind (which the binlog path may meet again after a
-    /// restart or while its source lags). Ids the binlog path never meets again stay until
+    /// The sweep claimed `ids` ahead of the binlog path: while it had taken over, rows
+    /// a released key left behind (which the binlog path may meet again after a
+    /// restart or while its source lags), or a full sweep's rows committed after the
+    /// binlog path's start position was read. Ids the binlog path never meets again stay until
     /// [`TAKEN_OVER_MAX`] are remembered; then all of it is forgotten (those rows,
     /// if met after all, are published once more).
     pub fn swept_ahead(&self, ids: impl IntoIterator<Item = u64>) {
