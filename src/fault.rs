@@ -28,7 +28,6 @@ pub(crate) fn lane_sent(_events: usize) {}
 
 /// A step the relay can be made slow at, as if what it waits for were slow.
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
 pub(crate) enum Slow {
     /// Each SENT write-back, as if the primary were slow for it:
     /// `OUTBOX_RELAY_FAULT_SENT_WRITE_DELAY_MS=N`.

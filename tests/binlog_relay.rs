@@ -263,9 +263,9 @@ async fn a_slow_start_is_not_ready_until_the_pipeline_runs_and_a_row_written_at_
 async fn rows_committed_between_the_start_position_and_the_full_sweep_are_sent_once() {
     let scenario = Scenario::new("start_overlap").await;
     let Scenario { stack, outbox, events, .. } = &scenario;
-    let options = scenario.options().env("OUTBOX_RELAY_FAULT_FULL_SWEEP_DELAY_MS", 3_000);
+    let options = scenario.options().env("OUTBOX_RELAY_FAULT_FULL_SWEEP_DELAY_MS", 10_000);
     let mut relay = RelayProcess::start(stack, &options);
-    // The full sweep is asked for once the start position is read; it claims 3 s later.
+    // The full sweep is asked for once the start position is read; it claims 10 s later.
     eventually("the first start's full sweep asked for", Duration::from_secs(60), || async {
         (relay.try_metric("relay_full_sweeps_total") == Some(1.0)).then_some(())
     })

@@ -70,10 +70,15 @@ impl State {
             .or_insert(Problem { reason, since: Instant::now() });
     }
 
-    fn pipeline_starting(&mut self, binlog: bool) {
-        self.report(Part::Sweep, "sweep: the first sweep has not run yet".into());
+    /// No pipeline runs (yet, or any more): not ready until a new one's first sweep
+    /// ran and, with a binlog source, its reader streams; those parts clear it.
+    fn pipeline_not_running(&mut self, binlog: bool) {
+        self.report(Part::Sweep, "sweep: no sweep yet (the pipeline is starting or stopped)".into());
         if binlog {
-            self.report(Part::BinlogSource, "binlog source: not streaming yet (starting)".into());
+            self.report(
+                Part::BinlogSource,
+                "binlog source: not streaming (the pipeline is starting or stopped)".into(),
+            );
         }
     }
 }
@@ -153,24 +158,21 @@ impl Health {
     }
 
     /// This instance took the lease. In the same instant it is not ready until its
-    /// pipeline has started (see [`Self::pipeline_starting`]): a leader whose pipeline
-    /// has not yet saved its start position or run its first sweep must not look ready.
+    /// pipeline has started: a leader whose pipeline has not yet saved its start
+    /// position or run its first sweep must not look ready.
     pub(crate) fn lead(&self, binlog: bool) {
         let mut state = self.lock();
         state.role = Role::Leader;
-        state.pipeline_starting(binlog);
+        state.pipeline_not_running(binlog);
     }
 
-    /// The pipeline starts (a new term, or a resume): not ready until the first sweep
-    /// ran and, with a binlog source, the reader streams; those parts clear it.
-    pub(crate) fn pipeline_starting(&self, binlog: bool) {
-        self.lock().pipeline_starting(binlog);
-    }
-
-    /// The term's pipeline stopped (paused, handed over): the problems of its parts
-    /// are forgotten; the lease's, a pause and a stop stay.
-    pub(crate) fn forget_pipeline(&self) {
-        self.lock().problems.retain(|part, _| matches!(part, Part::Lease | Part::Stopping | Part::Paused));
+    /// The term's pipeline stopped (paused, handing over, failed): the problems of its
+    /// parts are forgotten (the lease's, a pause and a stop stay), and in the same
+    /// instant the leader says no pipeline runs, until one starts again.
+    pub(crate) fn forget_pipeline(&self, binlog: bool) {
+        let mut state = self.lock();
+        state.problems.retain(|part, _| matches!(part, Part::Lease | Part::Stopping | Part::Paused));
+        state.pipeline_not_running(binlog);
     }
 
     /// The coordinator's loop turned.
@@ -283,6 +285,11 @@ mod tests {
         health.lead(false);
         health.clear(&Part::Sweep);
         assert!(health.readiness().ready, "poll mode: the sweep alone");
+        health.problem(Part::Lane("t".into(), "broker-a".into(), 3), "broker: not confirmed");
+        health.forget_pipeline(false);
+        let readiness = health.readiness();
+        assert!(!readiness.ready, "a stopped pipeline is not ready either");
+        assert_eq!(readiness.problems.len(), 1, "the lane's problem went with its pipeline: {readiness:?}");
     }
 
     #[test]

@@ -195,9 +195,9 @@ async fn elect(
             return Ok(());
         };
         tracing::info!(term = term.number(), "took the leader lease: publishing");
-        health.lead(warm.binlog.is_some());
         metrics.leader.set(1);
         metrics.leader_term.set(gauge_value(term.number()));
+        health.lead(warm.binlog.is_some());
         let leading = Leading { config, warm, term: &term, timing, metrics, health, shutdown };
         let led = lead(&leading).await;
         match led {

@@ -13,6 +13,9 @@ use crate::store::{InstanceReport, InstanceRole, Instances, REPORT_EVERY};
 
 /// How often the instance looks whether what it reports changed.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
+/// The least time between two writes for a change: a flapping readiness costs the
+/// primary at most one write a second.
+const CHANGE_EVERY: Duration = Duration::from_secs(1);
 /// How long a report may take: a primary that does not answer must not hold up a stop.
 const REPORT_WITHIN: Duration = Duration::from_secs(2);
 
@@ -47,10 +50,12 @@ impl RollCall {
     }
 }
 
-/// Reports every [`REPORT_EVERY`], and at once when its role, term or readiness
-/// changes (looked at every [`LOOK_EVERY`]), until `stop`; then once more as stopped.
+/// Reports every [`REPORT_EVERY`], and when its role, term or readiness changes
+/// (looked at every [`LOOK_EVERY`], written at most every [`CHANGE_EVERY`]), until
+/// `stop`; then once more as stopped.
 pub(super) async fn roll_call(call: RollCall, stop: CancellationToken) {
     let mut look = tokio::time::interval(LOOK_EVERY);
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut written: Option<(InstanceReport, Instant)> = None;
     let mut refused = false;
     loop {
@@ -59,8 +64,10 @@ pub(super) async fn roll_call(call: RollCall, stop: CancellationToken) {
             _ = look.tick() => false,
         };
         let report = call.report(stopped);
-        let current = written.as_ref().is_some_and(|(last, at)| !changed(last, &report) && at.elapsed() < REPORT_EVERY);
-        if current && !stopped {
+        let due = written.as_ref().is_none_or(|(last, at)| {
+            at.elapsed() >= REPORT_EVERY || (changed(last, &report) && at.elapsed() >= CHANGE_EVERY)
+        });
+        if !due && !stopped {
             continue;
         }
         let reported = tokio::time::timeout(REPORT_WITHIN, call.instances.report(&report)).await;

@@ -103,19 +103,19 @@ impl BinlogSource {
                     saved.server_identity, self.server.identity
                 );
                 let pinned = self.at_current_position(saved.queue_counts, saved.queue_layouts).await?;
-                (pinned, StartKind::PositionLost(reason))
+                (pinned, StartKind::PositionLost { reason, read_at })
             }
             None => {
                 let pins = config.rocketmq.topics.iter().map(|(t, c)| (t.clone(), c.queue_count)).collect();
-                (self.at_current_position(pins, BTreeMap::new()).await?, StartKind::Fresh)
+                (self.at_current_position(pins, BTreeMap::new()).await?, StartKind::Fresh { read_at })
             }
         };
         if from_mirror || kind != StartKind::Resume || checkpoint.server_identity != before {
             self.store.save(&checkpoint)?;
         }
         let position = &checkpoint.position;
-        tracing::info!(file = %position.file, pos = position.pos, gtid = ?position.gtid, from_mirror, start = ?kind, "starting from checkpoint");
-        let start = Start { position: position.clone(), kind, read_at };
+        tracing::info!(file = %position.file, pos = position.pos, gtid = ?position.gtid, from_mirror, start = %kind, "starting from checkpoint");
+        let start = Start { position: position.clone(), kind };
         Ok(BinlogStart { checkpoint, start })
     }
 

@@ -140,7 +140,6 @@ async fn run_pipeline(
     seen: &mut OrdersSeen,
 ) -> Result<(), RelayError> {
     let Leading { config, warm, term, metrics, health, .. } = leading;
-    health.pipeline_starting(warm.binlog.is_some());
     let run = stop.child_token();
     let claims = warm.claims.under(warm.lease.fence(term.number()));
     let supervisor = Supervisor::new(run.clone(), (*health).clone());
@@ -165,7 +164,7 @@ async fn run_pipeline(
     run.cancel();
     let joined = supervisor.join().await;
     release_claims(&claims).await;
-    health.forget_pipeline();
+    health.forget_pipeline(warm.binlog.is_some());
     metrics.pipeline_stopped();
     started.and(joined)
 }

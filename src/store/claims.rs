@@ -453,10 +453,7 @@ impl ClaimStore {
     /// The database's local time in microseconds, read as `created_at` is (as if it
     /// were UTC); `None` if it answered no date.
     pub async fn local_now_us(&self) -> Result<Option<i64>, mysql_async::Error> {
-        let mut conn = self.pool.get_conn().await?;
-        // The binary protocol, so NOW(6) comes back as a date, not as text.
-        let now: Option<Value> = conn.exec_first("SELECT NOW(6)", ()).await?;
-        Ok(now.as_ref().and_then(local_micros))
+        super::clock::local_now_us(&mut self.pool.get_conn().await?).await
     }
 
     /// The database's current time, Unix seconds.

@@ -9,7 +9,7 @@
 //! out instead of skewing every latency by half their round trip.
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Pool, Value};
+use mysql_async::{Conn, Pool, Value};
 
 use crate::event::local_micros;
 
@@ -42,14 +42,21 @@ pub(super) async fn db_ahead_us(pool: &Pool) -> Result<Option<i64>, mysql_async:
     let mut samples = Vec::with_capacity(SAMPLES);
     for _ in 0..SAMPLES {
         let asked_us = unix_micros_now();
-        // The binary protocol, so NOW(6) comes back as a date, not as text.
-        let now: Option<Value> = conn.exec_first("SELECT NOW(6)", ()).await?;
+        let now = local_now_us(&mut conn).await?;
         let answered_us = unix_micros_now();
-        if let Some(db_us) = now.as_ref().and_then(local_micros) {
+        if let Some(db_us) = now {
             samples.push(Sample { asked_us, answered_us, db_us });
         }
     }
     Ok(shortest_round_trip(&samples).map(|s| s.db_ahead_us()))
+}
+
+/// The database's `NOW(6)` in microseconds, read as `created_at` is (as if its local
+/// time were UTC); `None` if it answered no date.
+pub(super) async fn local_now_us(conn: &mut Conn) -> Result<Option<i64>, mysql_async::Error> {
+    // The binary protocol, so NOW(6) comes back as a date, not as text.
+    let now: Option<Value> = conn.exec_first("SELECT NOW(6)", ()).await?;
+    Ok(now.as_ref().and_then(local_micros))
 }
 
 fn shortest_round_trip(samples: &[Sample]) -> Option<Sample> {

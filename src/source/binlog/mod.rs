@@ -132,21 +132,30 @@ pub struct ReaderLinks {
 pub struct Start {
     pub position: BinlogPosition,
     pub kind: StartKind,
-    /// When `position` was read from the source (for a fresh or lost start, whose
-    /// full sweep and the binlog path both see what was committed since).
-    pub read_at: Instant,
 }
 
-/// Why the reader starts where it does.
+/// Why the reader starts where it does. A fresh or lost start's position is the
+/// source's current one, read at `read_at`: its full sweep and the binlog path both
+/// see what was committed since.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartKind {
     /// From the saved checkpoint.
     Resume,
     /// No checkpoint: a full sweep first, then tail from the recorded current position.
-    Fresh,
+    Fresh { read_at: Instant },
     /// The saved position means nothing on this source (the reason): counted as a
     /// lost position, a full sweep first, then tail from the current position.
-    PositionLost(String),
+    PositionLost { reason: String, read_at: Instant },
+}
+
+impl std::fmt::Display for StartKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartKind::Resume => f.write_str("resume"),
+            StartKind::Fresh { .. } => f.write_str("first start"),
+            StartKind::PositionLost { reason, .. } => write!(f, "position lost: {reason}"),
+        }
+    }
 }
 
 /// The binlog reader task.
@@ -173,8 +182,10 @@ impl Reader {
         let mut position = start.position;
         match start.kind {
             StartKind::Resume => {}
-            StartKind::Fresh => self.full_sweep("first start: no checkpoint".into(), &position, start.read_at).await?,
-            StartKind::PositionLost(reason) => self.position_lost(reason, &position, start.read_at).await?,
+            StartKind::Fresh { read_at } => {
+                self.full_sweep("first start: no checkpoint".into(), &position, read_at).await?
+            }
+            StartKind::PositionLost { reason, read_at } => self.position_lost(reason, &position, read_at).await?,
         }
         let mut failures = 0u32;
         loop {

@@ -119,15 +119,17 @@ impl AheadOfBinlog {
     fn of(cutoff: &Cutoff) -> Self {
         match cutoff {
             Cutoff::OlderThan(_) | Cutoff::Behind(_) => AheadOfBinlog::Every,
-            _ => AheadOfBinlog::Nothing,
+            Cutoff::Everything | Cutoff::Before(_) | Cutoff::Listed(_) | Cutoff::Nothing => AheadOfBinlog::Nothing,
         }
     }
 
+    /// Whether `event` is one of them. A row without `created_at` is not: unknown, it
+    /// is left to be sent again rather than remembered for ever.
     fn covers(self, event: &OutboxEvent) -> bool {
         match self {
             AheadOfBinlog::Nothing => false,
             AheadOfBinlog::Every => true,
-            AheadOfBinlog::CreatedFrom(from) => event.created_local_us.is_none_or(|created| created >= from),
+            AheadOfBinlog::CreatedFrom(from) => event.created_local_us.is_some_and(|created| created >= from),
         }
     }
 }
@@ -454,20 +456,16 @@ impl Sweeper {
     /// A full sweep claims every row created before the database's now; the binlog
     /// path reads again those committed after `position_read`, so those are remembered
     /// for it to skip: rows created since then, less the grace that covers transactions
-    /// open for a while (their rows were created before their commit).
+    /// open for a while (their rows were created before their commit) and the source
+    /// replica's last known lag (its position was that far behind the primary).
     async fn full_sweep_bounds(&self, position_read: Instant) -> Result<(f64, AheadOfBinlog), mysql_async::Error> {
         let now = self.claims.now().await?;
         let Some(guard) = &self.settings.binlog else { return Ok((now, AheadOfBinlog::Nothing)) };
-        let ahead = match self.claims.local_now_us().await? {
-            Some(local_now) => {
-                let back = position_read.elapsed().saturating_add(guard.grace);
-                AheadOfBinlog::CreatedFrom(
-                    local_now.saturating_sub(i64::try_from(back.as_micros()).unwrap_or(i64::MAX)),
-                )
-            }
-            None => AheadOfBinlog::Every,
-        };
-        Ok((now, ahead))
+        let Some(local_now) = self.claims.local_now_us().await? else { return Ok((now, AheadOfBinlog::Nothing)) };
+        let lag = Duration::try_from_secs_f64(self.metrics.source_replica_lag_seconds.get()).unwrap_or_default();
+        let back = position_read.elapsed().saturating_add(guard.grace).saturating_add(lag);
+        let from = local_now.saturating_sub(i64::try_from(back.as_micros()).unwrap_or(i64::MAX));
+        Ok((now, AheadOfBinlog::CreatedFrom(from)))
     }
 
     /// Claims and hands on batches until a claim comes back short; the rows the binlog
@@ -486,9 +484,9 @@ impl Sweeper {
             if let Some(first) = events.first() {
                 self.metrics.swept.inc_by(claimed as u64);
                 if let Some(guard) = &self.settings.binlog {
-                    let ahead: Vec<u64> = events.iter().filter(|e| ahead.covers(e)).map(|e| e.id).collect();
-                    if !ahead.is_empty() {
-                        guard.watermark.swept_ahead(ahead);
+                    let ids: Vec<u64> = events.iter().filter(|e| ahead.covers(e)).map(|e| e.id).collect();
+                    if !ids.is_empty() {
+                        guard.watermark.swept_ahead(ids);
                     }
                 }
                 tracing::debug!(claimed, first_id = first.id, "sweep claimed rows");
