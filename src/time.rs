@@ -35,6 +35,12 @@ pub fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// `duration` in whole microseconds, to add to or take from a local clock reading
+/// (signed microseconds, as `created_at` reads).
+pub fn local_micros(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -281,6 +281,39 @@ async fn rows_committed_between_the_start_position_and_the_full_sweep_are_sent_o
     scenario.finish(relay).await;
 }
 
+/// A first start's full sweep cut short (the relay killed after saving its start
+/// position, before the sweep ended) is owed: the restart sweeps again before it
+/// tails, so a new row per key committed at once arrives after every old row of its
+/// key, and none is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_starts_full_sweep_cut_short_by_a_kill_runs_again_before_any_new_row() {
+    let scenario = Scenario::consumed("owed_sweep").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let keys: Vec<String> = (0..20).map(|k| format!("k{k}")).collect();
+    for key in &keys {
+        outbox.insert_tx(&events.rows(key, 0..10)).await;
+    }
+    stack.replica_caught_up().await;
+    let options = scenario.options();
+    let slow = options.clone().env("OUTBOX_RELAY_FAULT_FULL_SWEEP_DELAY_MS", 60_000);
+    let relay = RelayProcess::start(stack, &slow);
+    eventually("the first start's full sweep asked for", Duration::from_secs(60), || async {
+        (relay.try_metric("relay_full_sweeps_total") == Some(1.0)).then_some(())
+    })
+    .await;
+    relay.kill();
+
+    let relay = scenario.relay_with(&options).await;
+    assert_eq!(relay.metric("relay_full_sweeps_total"), 1.0, "the restart ran the sweep it owed");
+    for key in &keys {
+        outbox.insert_tx(&[events.row(key, 10)]).await;
+    }
+    scenario.all_sent(keys.len() * 11).await;
+    let deliveries = scenario.received(keys.len() * 11).await;
+    scenario.assert_per_key_order(&deliveries).await;
+    scenario.finish(relay).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_after_sends_before_the_checkpoint_gives_duplicates_never_loss() {
     let scenario = Scenario::consumed("kill").await;

@@ -201,7 +201,9 @@ impl LeasedRows {
         outbox.insert_tx(&events.rows("k", 0..count)).await;
         let lease_name = unique(name);
         let lease = outbox_relay::store::LeaseStore::new(outbox.pool.clone(), &outbox.table.schema, &lease_name);
-        let term = lease.acquire(name, Duration::from_secs(60)).await.expect("acquire").expect("a term");
+        let free = lease.observe().await.expect("the new fleet's lease row");
+        assert!(free.released, "a new fleet's lease is free to take");
+        let term = lease.take(name, Duration::from_secs(60), &free).await.expect("take").expect("a term");
         let rows = outbox
             .pool
             .get_conn()

@@ -16,7 +16,7 @@ use common::command::{cli, cli_with, stdout};
 use common::events::{consumed_all, Events};
 use common::load::Load;
 use common::outbox::TestOutbox;
-use common::relay::RelayOptions;
+use common::relay::{RelayOptions, RelayProcess};
 use common::scenario::Scenario;
 use common::{eventually, unique, Stack, TEST_TOPIC};
 use mysql_async::prelude::Queryable;
@@ -195,28 +195,10 @@ const BOOKED_RETRY: Duration = Duration::from_secs(40);
 async fn held_key_across_a_crash(blocker: Blocker, policy: &str) {
     let scenario = Scenario::consumed("held").await;
     let Scenario { stack, outbox, events, .. } = &scenario;
-    let options = scenario
-        .options()
-        .env("OUTBOX_RELAY__ROCKETMQ__MAX_MESSAGE_BYTES", 1_024)
-        .env("OUTBOX_RELAY__RETRY__FAILED_KEY_POLICY", policy)
-        .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 1_000);
+    let options = held_key_relay(&scenario, policy);
     let relay = scenario.relay_with(&options).await;
     let head = block_key(outbox, events, blocker).await;
-    if blocker == Blocker::BookedRetry {
-        book_retry(outbox, head).await;
-        eventually("the key held behind its booked retry", Duration::from_secs(30), || async {
-            (relay.metric("relay_held_keys") >= 1.0).then_some(())
-        })
-        .await;
-    }
-    outbox.insert_tx(&events.rows("k", 1..4)).await;
-    outbox.insert_tx(&events.rows("other", 0..2)).await;
-    let sent_before = outbox.count_status(RowStatus::Sent).await;
-    eventually("the other key's rows SENT", Duration::from_secs(60), || async {
-        (outbox.count_status(RowStatus::Sent).await == sent_before + 2).then_some(())
-    })
-    .await;
-
+    let sent_before = leave_rows_behind(&relay, outbox, events, head, blocker).await;
     relay.kill();
     let relay = scenario.relay_with(&options).await;
     outbox.insert_tx(&[events.row("k", 4), events.row("other", 2)]).await;
@@ -230,6 +212,52 @@ async fn held_key_across_a_crash(blocker: Blocker, policy: &str) {
     }
 
     let released = release(stack, outbox, head, blocker).await;
+    delivered_in_order_within_5_s_of(released, &scenario, blocker).await;
+    scenario.finish(relay).await;
+}
+
+/// The relay options of the held-key tests: a 1 KiB message limit (a larger event
+/// FAILS at once), the failed-key `policy`, a sweep every second and its slow default
+/// grace (60 s), so only a release can make the rows left behind flow within seconds.
+fn held_key_relay(scenario: &Scenario, policy: &str) -> RelayOptions {
+    scenario
+        .options()
+        .env("OUTBOX_RELAY__ROCKETMQ__MAX_MESSAGE_BYTES", 1_024)
+        .env("OUTBOX_RELAY__RETRY__FAILED_KEY_POLICY", policy)
+        .env("OUTBOX_RELAY__SWEEP__INTERVAL_MS", 1_000)
+}
+
+/// With `k`'s head blocking it (for a booked retry: booked now, for [`BOOKED_RETRY`]),
+/// commits `k` 1..4 (left behind) and two rows of another key, and waits until those
+/// are SENT. The count of SENT rows before them.
+async fn leave_rows_behind(
+    relay: &RelayProcess,
+    outbox: &TestOutbox,
+    events: &Events,
+    head: u64,
+    blocker: Blocker,
+) -> usize {
+    if blocker == Blocker::BookedRetry {
+        book_retry(outbox, head, BOOKED_RETRY).await;
+        eventually("the key held behind its booked retry", Duration::from_secs(30), || async {
+            (relay.metric("relay_held_keys") >= 1.0).then_some(())
+        })
+        .await;
+    }
+    outbox.insert_tx(&events.rows("k", 1..4)).await;
+    outbox.insert_tx(&events.rows("other", 0..2)).await;
+    let sent_before = outbox.count_status(RowStatus::Sent).await;
+    eventually("the other key's rows SENT", Duration::from_secs(60), || async {
+        (outbox.count_status(RowStatus::Sent).await == sent_before + 2).then_some(())
+    })
+    .await;
+    sent_before
+}
+
+/// `k` 1..4 are SENT within 5 s of `released`, and every key's first deliveries
+/// arrived in commit order (the consumer of the scenario's topic is the judge).
+async fn delivered_in_order_within_5_s_of(released: tokio::time::Instant, scenario: &Scenario, blocker: Blocker) {
+    let Scenario { outbox, events, .. } = scenario;
     let within = Duration::from_secs(5).saturating_sub(released.elapsed());
     eventually("the held key's events SENT within 5 s of the release", within, || async {
         let mut sent = 0;
@@ -243,7 +271,100 @@ async fn held_key_across_a_crash(blocker: Blocker, policy: &str) {
     let expected = if blocker == Blocker::FailedThenSkipped { 7 } else { 8 };
     let deliveries = scenario.received(expected).await;
     scenario.assert_per_key_order(&deliveries).await;
+}
+
+/// How the relay is out of the way while its held key is released.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Away {
+    /// Paused by `outbox-relay pause`, resumed after the release.
+    Paused,
+    /// Killed (SIGKILL), started again after the release.
+    Killed,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_event_skipped_while_paused_releases_its_key_in_order_within_5_s_of_the_resume() {
+    released_while_away(Blocker::FailedThenSkipped, Away::Paused).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_event_requeued_while_paused_releases_its_key_in_order_within_5_s_of_the_resume() {
+    released_while_away(Blocker::FailedThenRequeued, Away::Paused).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_event_skipped_while_the_relay_is_down_releases_its_key_in_order_within_5_s_of_the_restart() {
+    released_while_away(Blocker::FailedThenSkipped, Away::Killed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_event_requeued_while_the_relay_is_down_releases_its_key_in_order_within_5_s_of_the_restart() {
+    released_while_away(Blocker::FailedThenRequeued, Away::Killed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_that_comes_due_while_the_relay_is_down_releases_its_key_in_order_within_5_s_of_the_restart() {
+    released_while_away(Blocker::BookedRetry, Away::Killed).await;
+}
+
+/// A key blocked by its head with rows left behind; the relay paused or killed; the
+/// key released meanwhile (skipped, requeued, or a retry booked 1 s ahead at the kill
+/// comes due); the relay resumed or started again, and a new event of the key
+/// committed at once: the new pipeline holds the key until the rows left behind are
+/// sent, so the new event does not overtake them, and they go within 5 s.
+async fn released_while_away(blocker: Blocker, away: Away) {
+    let scenario = Scenario::consumed("away").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let options = held_key_relay(&scenario, "hold");
+    let mut relay = scenario.relay_with(&options).await;
+    let head = block_key(outbox, events, blocker).await;
+    leave_rows_behind(&relay, outbox, events, head, blocker).await;
+    // The binlog path will not read the rows left behind again.
+    checkpoint_past_now(stack, outbox).await;
+    let by = ["--operator", "dave", "--reason", "INC-9"];
+    let relay = match away {
+        Away::Paused => {
+            cli(stack, outbox, &[&["pause"][..], &by].concat());
+            relay.wait_readiness_with(false, "paused by dave", Duration::from_secs(30)).await;
+            release_now(stack, outbox, head, blocker).await;
+            cli(stack, outbox, &[&["resume"][..], &by].concat());
+            relay.wait_ready().await;
+            relay
+        }
+        Away::Killed => {
+            if blocker == Blocker::BookedRetry {
+                book_retry(outbox, head, Duration::from_secs(1)).await;
+            }
+            relay.kill();
+            release_now(stack, outbox, head, blocker).await;
+            scenario.relay_with(&options).await
+        }
+    };
+    let released = tokio::time::Instant::now();
+    outbox.insert_tx(&[events.row("k", 4), events.row("other", 2)]).await;
+    delivered_in_order_within_5_s_of(released, &scenario, blocker).await;
     scenario.finish(relay).await;
+}
+
+/// Skips, or fixes and requeues, the FAILED head; for a booked retry, waits until it
+/// is due.
+async fn release_now(stack: &Stack, outbox: &TestOutbox, head: u64, blocker: Blocker) {
+    let by = ["--operator", "dave", "--reason", "INC-9"];
+    match blocker {
+        Blocker::FailedThenSkipped => {
+            cli(stack, outbox, &[&["skip", "--id", &head.to_string()][..], &by].concat());
+        }
+        Blocker::FailedThenRequeued => {
+            outbox.exec(&format!("UPDATE {} SET payload = '{{}}' WHERE id = {head}", outbox.table.qualified())).await;
+            cli(stack, outbox, &[&["requeue", "--id", &head.to_string()][..], &by].concat());
+        }
+        Blocker::BookedRetry => {
+            eventually("the booked retry due", Duration::from_secs(10), || async {
+                outbox.due(head).await.then_some(())
+            })
+            .await;
+        }
+    }
 }
 
 /// Makes `k`'s first event the one its key waits behind; its id. A FAILED one fails
@@ -265,14 +386,14 @@ async fn block_key(outbox: &TestOutbox, events: &Events, blocker: Blocker) -> u6
 }
 
 /// Books a retry of row `id` as a lane does after an unknown error (PENDING, one more
-/// retry, due later), as if its send had failed.
-async fn book_retry(outbox: &TestOutbox, id: u64) {
+/// retry, due `after` from now), as if its send had failed.
+async fn book_retry(outbox: &TestOutbox, id: u64, after: Duration) {
     outbox
         .exec(&format!(
             "UPDATE {} SET status = 0, retry_count = retry_count + 1, msg_id = NULL, sent_at = NULL, \
              last_error = 'injected: an unknown send failure', next_retry_at = NOW(3) + INTERVAL {} SECOND WHERE id = {id}",
             outbox.table.qualified(),
-            BOOKED_RETRY.as_secs()
+            after.as_secs()
         ))
         .await;
 }
@@ -593,6 +714,16 @@ fn domain_0_seq(gtid: &str) -> u64 {
     gtid.split(',')
         .find_map(|part| part.trim().strip_prefix("0-")?.split_once('-')?.1.parse().ok())
         .unwrap_or_else(|| panic!("no domain 0 in {gtid:?}"))
+}
+
+/// Waits until the relay's checkpoint (its mirror, written after the local one) is
+/// past everything the replica has applied now.
+async fn checkpoint_past_now(stack: &Stack, outbox: &TestOutbox) {
+    let now = domain_0_seq(&replica_gtid(stack).await);
+    eventually("the checkpoint past what the replica applied", Duration::from_secs(30), || async {
+        mirrored(outbox).await.filter(|(gtid, _)| !gtid.is_empty() && domain_0_seq(gtid) >= now)
+    })
+    .await;
 }
 
 /// The mirror row of `outbox`'s relay: (gtid, term).

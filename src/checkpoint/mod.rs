@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::rocketmq::QueueLayout;
 use crate::source::binlog::GtidState;
-use crate::source::BinlogPosition;
+use crate::source::{BinlogPosition, OwedSweep};
 
 pub use mirror::{Mirror, PositionReport};
 pub use store::{CheckpointError, CheckpointStore};
@@ -34,6 +34,20 @@ pub struct Checkpoint {
     /// Checkpoints written before layouts were pinned have none.
     #[serde(default)]
     pub queue_layouts: BTreeMap<String, QueueLayout>,
+    /// The highest outbox row id among the events acknowledged up to `position`
+    /// (binlog and swept alike). Unsent rows at or below it will not be read from the
+    /// binlog again, so a new pipeline holds their keys until the sweep has sent them
+    /// in order. `None` when unknown (a checkpoint set by hand or written by an older
+    /// relay): then every unsent row counts.
+    #[serde(default)]
+    pub acked_through: Option<u64>,
+    /// A full sweep that must run before the binlog path tails from `position` (a
+    /// first start or a lost position saved the position before sweeping): a start
+    /// that finds it runs the sweep first, so one cut short by a crash, a stop, a
+    /// pause or a lost lease is never skipped. Cleared with the first acknowledged
+    /// binlog transaction after the sweep.
+    #[serde(default)]
+    pub owed_sweep: Option<OwedSweep>,
 }
 
 impl Checkpoint {

@@ -108,7 +108,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::source::BinlogPosition;
+    use crate::source::{BinlogPosition, OwedSweep};
 
     fn temp_dir() -> PathBuf {
         std::env::temp_dir().join(format!("outbox-relay-ckpt-{}", uuid::Uuid::now_v7().simple()))
@@ -128,6 +128,11 @@ mod tests {
                 "t-order-event".to_owned(),
                 serde_json::from_str(r#"{"broker-a":[0,1,2,3],"broker-b":[0,1,2,3]}"#).expect("layout"),
             )]),
+            acked_through: Some(77),
+            owed_sweep: Some(OwedSweep {
+                reason: "first start".into(),
+                position_read_local_us: Some(1_764_500_000_000_000),
+            }),
         }
     }
 

@@ -55,15 +55,24 @@ impl<P, H> AckTracker<P, H> {
 
     /// Pops the fully acknowledged prefix (dropping what its transactions held) and
     /// returns the newest end among its transactions, if any has one.
+    #[cfg(test)]
     pub fn advance(&mut self) -> Option<P> {
-        let mut end = None;
+        let mut newest = None;
+        self.advance_each(|end| newest = Some(end));
+        newest
+    }
+
+    /// Pops the fully acknowledged prefix (dropping what its transactions held),
+    /// handing each end among its transactions to `each`, oldest first.
+    pub fn advance_each(&mut self, mut each: impl FnMut(P)) {
         while self.pending.front().is_some_and(|tx| tx.remaining == 0) {
             if let Some(tx) = self.pending.pop_front() {
-                end = tx.end.or(end);
+                if let Some(end) = tx.end {
+                    each(end);
+                }
                 self.first_seq += 1;
             }
         }
-        end
     }
 
     /// Transactions registered but not yet in the acknowledged prefix.
@@ -108,6 +117,22 @@ mod tests {
         t.ack(103);
         assert_eq!(t.advance(), Some(4), "103 and 104 leave together");
         assert_eq!(t.advance(), None);
+    }
+
+    #[test]
+    fn every_end_of_the_acknowledged_prefix_is_handed_on_in_order() {
+        let mut t = AckTracker::new(0);
+        let a = t.register(1, (), Some("a"));
+        t.register(0, (), None);
+        let c = t.register(1, (), Some("c"));
+        let d = t.register(1, (), Some("d"));
+        t.ack(c);
+        t.ack(a);
+        let mut ends = Vec::new();
+        t.advance_each(|end| ends.push(end));
+        assert_eq!(ends, ["a", "c"], "d is not acknowledged: it stays");
+        t.ack(d);
+        assert_eq!(t.advance(), Some("d"));
     }
 
     #[test]

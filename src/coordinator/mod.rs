@@ -92,6 +92,28 @@ struct Progress {
     swept_before: u64,
 }
 
+/// Where a transaction ends: its binlog position (none for a sweep batch or a part of
+/// a large transaction) and its highest outbox row id (none without events).
+#[derive(Debug)]
+struct TxEnd {
+    position: Option<BinlogPosition>,
+    highest_id: Option<u64>,
+}
+
+/// What a run of acknowledged transactions moves the checkpoint to.
+#[derive(Debug, Default)]
+struct AckedPrefix {
+    position: Option<BinlogPosition>,
+    highest_id: Option<u64>,
+}
+
+impl AckedPrefix {
+    fn add(&mut self, end: TxEnd) {
+        self.position = end.position.or(self.position.take());
+        self.highest_id = self.highest_id.max(end.highest_id);
+    }
+}
+
 /// The binlog path's durable position (binlog mode only).
 pub struct Durable {
     pub writer: CheckpointWriter,
@@ -100,7 +122,7 @@ pub struct Durable {
 
 /// Everything the coordinator owns.
 pub struct Coordinator {
-    tracker: AckTracker<BinlogPosition, InFlight>,
+    tracker: AckTracker<TxEnd, InFlight>,
     /// Queue count per topic in use (saved with the checkpoint in binlog mode).
     pins: BTreeMap<String, u32>,
     /// Queue layout per topic in use (saved with the checkpoint in binlog mode).
@@ -309,7 +331,8 @@ impl Coordinator {
             // The clock of the stall check starts with the first batch after a pause.
             self.progress_at = Instant::now();
         }
-        let seq = self.tracker.register(tx.events.len(), in_flight, end);
+        let highest_id = tx.events.iter().map(|event| event.id).max();
+        let seq = self.tracker.register(tx.events.len(), in_flight, Some(TxEnd { position: end, highest_id }));
         let routed = Instant::now();
         for (index, event) in tx.events.into_iter().enumerate() {
             let stale =
@@ -388,18 +411,32 @@ impl Coordinator {
         Some(durable.checkpoint.clone())
     }
 
+    /// Pops the acknowledged prefix; in binlog mode moves the checkpoint to its newest
+    /// position (the first one after a full sweep settles the sweep it owed) and
+    /// through its highest row id. Returns whether the checkpoint changed.
     fn advance(&mut self) -> bool {
         let before = self.tracker.in_flight();
-        let advanced = self.tracker.advance();
+        let mut acked = AckedPrefix::default();
+        self.tracker.advance_each(|end| acked.add(end));
         if self.tracker.in_flight() < before {
             self.progress_at = Instant::now();
         }
         self.metrics.in_flight_transactions.set(crate::metrics::gauge_value(self.tracker.in_flight()));
-        let (Some(end), Some(durable)) = (advanced, self.durable.as_mut()) else { return false };
+        let Some(durable) = self.durable.as_mut() else { return false };
+        let checkpoint = &mut durable.checkpoint;
+        if let Some(id) = acked.highest_id {
+            checkpoint.acked_through = Some(checkpoint.acked_through.unwrap_or(0).max(id));
+        }
+        let Some(end) = acked.position else { return acked.highest_id.is_some() };
         if let Some(commit_time) = end.commit_time {
             self.watermark.acknowledged(commit_time);
         }
-        durable.checkpoint.position = end;
+        checkpoint.position = end;
+        if checkpoint.owed_sweep.take().is_some() {
+            // The full sweep is done and everything it handed on acknowledged: saved at
+            // once, so a restart from now on does not sweep again.
+            self.persist();
+        }
         true
     }
 

@@ -8,7 +8,7 @@ mod outage;
 mod outcome;
 mod recorder;
 
-pub(crate) use held::HeldKeys;
+pub(crate) use held::{HeldKey, HeldKeys, Waiting};
 pub(crate) use lane::{run_failing, Lane, LaneInput, LaneSettings};
 pub(crate) use outage::OutageFlag;
 pub(crate) use outcome::{Attempts, LaneEvent, LaneReport, Outcome};

@@ -1,7 +1,10 @@
-//! A standby: tries to take the lease a few times a second until it gets it or the
-//! relay stops, and keeps its connection to the source warm meanwhile. Cheap for the
-//! primary: a try first reads the lease row without locking it, and changes nothing
-//! while another instance holds it.
+//! A standby: watches the lease a few times a second until it takes it or the relay
+//! stops, and keeps its connection to the source warm meanwhile. It takes a lease its
+//! leader released at once, and any other only after seeing the same record unchanged
+//! for a whole lease on its own monotonic clock: no clock's reading, the primary's
+//! included, can make it take over while a leader may still publish. Cheap for the
+//! primary: a try reads the lease row without locking it, and changes nothing while
+//! another instance holds it.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Term, TermTiming};
 use crate::health::{Health, Part};
-use crate::store::LeaseStore;
+use crate::store::{LeaseRecord, LeaseStore};
 
 /// How often a standby tries to take the lease: a released lease is taken within this.
 const TRY_EVERY: Duration = Duration::from_millis(250);
@@ -29,18 +32,50 @@ pub(crate) struct Standby<'a> {
     /// not take over says so before it has to.
     pub source: Option<&'a Pool>,
     pub health: &'a Health,
+    /// Not before this instant (this instance handed the lease over and leaves it to
+    /// the others a while).
+    pub not_before: Option<Instant>,
+}
+
+/// The lease record a standby watches, and since when (its own clock) unchanged.
+#[derive(Debug, Default)]
+pub(crate) struct Watch {
+    seen: Option<(LeaseRecord, Instant)>,
+    not_before: Option<Instant>,
+}
+
+impl Watch {
+    /// A watch that takes nothing before `not_before`.
+    pub(crate) fn new(not_before: Option<Instant>) -> Self {
+        Self { seen: None, not_before }
+    }
+
+    /// Whether `record`, read at `at`, may be taken: released by its leader, or the
+    /// same record seen for at least `lease`. A changed record starts the watch anew.
+    pub(crate) fn may_take(&mut self, record: &LeaseRecord, at: Instant, lease: Duration) -> bool {
+        let unchanged_for = match &self.seen {
+            Some((seen, since)) if seen == record => at.saturating_duration_since(*since),
+            _ => {
+                self.seen = Some((record.clone(), at));
+                Duration::ZERO
+            }
+        };
+        let free = record.released || unchanged_for >= lease;
+        free && self.not_before.is_none_or(|not_before| at >= not_before)
+    }
 }
 
 /// Waits until this instance holds the lease; `None` when `shutdown` came first.
 pub(crate) async fn wait_for_lease(standby: Standby<'_>, shutdown: &CancellationToken) -> Option<Term> {
-    let Standby { lease, holder, timing, source, health } = standby;
+    let Standby { lease, holder, timing, source, health, not_before } = standby;
     let mut announced = false;
     let mut attempt = 0u32;
+    let mut watch = Watch::new(not_before);
     loop {
         attempt = attempt.wrapping_add(1);
         health.beat();
         let asked = Instant::now();
-        match lease.acquire(holder, timing.lease).await {
+        match try_take(lease, holder, timing.lease, &mut watch, asked).await {
             Ok(Some(term)) => {
                 health.clear(&Part::Lease);
                 return Some(Term::new(term, timing.holds_for(), asked));
@@ -67,6 +102,21 @@ pub(crate) async fn wait_for_lease(standby: Standby<'_>, shutdown: &Cancellation
     }
 }
 
+/// Reads the lease row and takes it if it may (see [`Watch::may_take`]); the new term.
+async fn try_take(
+    lease: &LeaseStore,
+    holder: &str,
+    duration: Duration,
+    watch: &mut Watch,
+    asked: Instant,
+) -> Result<Option<u64>, mysql_async::Error> {
+    let record = lease.observe().await?;
+    if !watch.may_take(&record, asked, duration) {
+        return Ok(None);
+    }
+    lease.take(holder, duration, &record).await
+}
+
 /// Reports a source that does not answer (and clears the report when it does).
 async fn check_source(source: &Pool, health: &Health) {
     let answered = tokio::time::timeout(TRY_EVERY * 4, async { source.get_conn().await?.ping().await }).await;
@@ -91,4 +141,50 @@ async fn announce_standby(lease: &LeaseStore) {
         }
         _ => tracing::info!("standby: waiting for the leader lease"),
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(term: u64, stamp: &str, released: bool) -> LeaseRecord {
+        LeaseRecord::new("relay-a".into(), term, stamp.into(), released)
+    }
+
+    const LEASE: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn a_held_lease_is_taken_only_after_the_same_record_was_seen_for_a_whole_lease() {
+        let t0 = Instant::now();
+        let mut watch = Watch::default();
+        let held = record(7, "2026-12-07 10:00:10.000", false);
+        assert!(!watch.may_take(&held, t0, LEASE), "first seen: the watch starts");
+        assert!(!watch.may_take(&held, t0 + LEASE - Duration::from_millis(1), LEASE));
+        assert!(watch.may_take(&held, t0 + LEASE, LEASE), "unchanged for a whole lease");
+    }
+
+    #[test]
+    fn a_renewal_or_a_new_term_starts_the_watch_anew_whatever_the_stamp_says() {
+        let t0 = Instant::now();
+        let mut watch = Watch::default();
+        assert!(!watch.may_take(&record(7, "2026-12-07 10:00:10.000", false), t0, LEASE));
+        // The primary's clock stepped back an hour: the stamp reads as long expired.
+        let renewed = record(7, "2026-12-07 09:00:12.000", false);
+        assert!(!watch.may_take(&renewed, t0 + LEASE, LEASE), "a new record is watched from scratch");
+        let bumped = record(8, "2026-12-07 09:00:12.000", false);
+        assert!(!watch.may_take(&bumped, t0 + LEASE * 2 - Duration::from_millis(1), LEASE), "an operator's term end");
+        assert!(watch.may_take(&bumped, t0 + LEASE * 3, LEASE));
+    }
+
+    #[test]
+    fn a_released_lease_is_taken_at_once_but_not_by_the_instance_that_handed_it_over_before_its_grace() {
+        let t0 = Instant::now();
+        let released = record(7, "1970-01-02 00:00:00.000", true);
+        assert!(Watch::default().may_take(&released, t0, LEASE));
+        let mut handed_over = Watch::new(Some(t0 + HANDOVER));
+        assert!(!handed_over.may_take(&released, t0, LEASE));
+        assert!(handed_over.may_take(&released, t0 + HANDOVER, LEASE));
+    }
+
+    const HANDOVER: Duration = Duration::from_secs(10);
 }

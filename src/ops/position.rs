@@ -380,7 +380,9 @@ impl Positions {
         };
         let queue_counts = current.map_or_else(|| self.pins.clone(), |c| c.queue_counts.clone());
         let queue_layouts = current.map(|c| c.queue_layouts.clone()).unwrap_or_default();
-        Ok(Checkpoint { position, server_identity, queue_counts, queue_layouts })
+        // Where the binlog path will not read again is unknown after a move: the next
+        // start holds every key with an unsent row until the sweep has sent it.
+        Ok(Checkpoint { position, server_identity, queue_counts, queue_layouts, acked_through: None, owed_sweep: None })
     }
 
     /// The mirror row, as the audit row names it.

@@ -15,7 +15,7 @@ mod start;
 mod term;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use rocketmq_client_rust::ClientRuntime;
@@ -181,6 +181,7 @@ async fn elect(
         Duration::from_millis(config.leader.lease_ms),
         Duration::from_millis(config.rocketmq.send_timeout_ms),
     );
+    let mut not_before = None;
     loop {
         health.stand_by();
         metrics.stand_down();
@@ -190,6 +191,7 @@ async fn elect(
             timing,
             source: warm.binlog.as_ref().map(|b| &b.pool),
             health,
+            not_before: not_before.take(),
         };
         let Some(term) = wait_for_lease(standby, shutdown).await else {
             return Ok(());
@@ -203,6 +205,7 @@ async fn elect(
         match led {
             Ok(TermEnd::HandedOver) if !shutdown.is_cancelled() => {
                 hand_over(&warm.lease, &term).await;
+                not_before = Some(Instant::now() + HANDOVER_GRACE);
                 continue;
             }
             Ok(_) if term.is_ended() && !shutdown.is_cancelled() => {

@@ -38,7 +38,7 @@ use crate::rocketmq::QueueLayout;
 use crate::source::binlog::{Reader, ReaderLinks, ReaderSettings};
 use crate::source::sweep::{self, FullSweep, SweepLinks, SweepSettings, Sweeper, Watermark};
 use crate::source::{Budget, Handoff};
-use crate::store::{ClaimStore, SentStore, StatusStore, TermFence};
+use crate::store::{AckedThrough, ClaimStore, SentStore, StatusStore, TermFence};
 use crate::supervise::Supervisor;
 use crate::write_back::{self, Misses, Unwritten, WriteBacks};
 
@@ -57,14 +57,22 @@ pub(super) struct TermRun<'a> {
 pub(super) async fn start(run: TermRun<'_>) -> Result<(), RelayError> {
     let fence = run.warm.lease.fence(run.term.number());
     let mirror = Mirror::new(run.warm.primary.clone(), run.warm.outbox.clone(), fence.clone());
-    let binlog = match &run.warm.binlog {
-        Some(source) => Some((source, source.start(run.config, &mirror).await?)),
+    let primary_error = |e| DbError::query("primary", &run.config.primary.url, e);
+    let mut binlog = match &run.warm.binlog {
+        Some(source) => {
+            let primary_now = run.claims.local_now_us().await.map_err(primary_error)?;
+            Some((source, source.start(run.config, &mirror, primary_now).await?))
+        }
         None => None,
     };
     let layouts = binlog.as_ref().map(|(_, b)| b.checkpoint.queue_layouts.clone()).unwrap_or_default();
     let configured = run.config.rocketmq.topics.iter().map(|(t, c)| (t.clone(), c.queue_count)).collect();
     watch_topics(&run, &configured, &layouts).await?;
-    let held = held_at_start(run.claims).await.map_err(|e| DbError::query("primary", &run.config.primary.url, e))?;
+    let left_behind = binlog.as_ref().map_or(AckedThrough(0), |(_, start)| left_to_the_sweep(start));
+    if let Some((_, start)) = binlog.as_mut() {
+        bound_what_the_start_covers(run.claims, start).await.map_err(primary_error)?;
+    }
+    let held = held_at_start(run.claims, left_behind).await.map_err(primary_error)?;
     let status = StatusStore::new(run.warm.primary.clone(), run.warm.outbox.clone(), fence.clone());
     let (write_backs, unwritten) = spawn_write_back(&run, &fence);
     spawn_side_jobs(&run, &status, &fence);
@@ -230,13 +238,39 @@ fn spawn_binlog(
     Ok(Durable { writer, checkpoint: start.checkpoint })
 }
 
-/// The keys the last leader held, from the table, before this term routes anything:
-/// a restart, a new term or a standby taking over holds exactly the same keys.
-async fn held_at_start(claims: &ClaimStore) -> Result<HeldKeys, mysql_async::Error> {
+/// The unsent rows a term's binlog path will not read: those at or below the id its
+/// checkpoint acknowledged through (all of them when unknown), none when a full sweep
+/// runs first (it sends them before the binlog path starts).
+fn left_to_the_sweep(start: &BinlogStart) -> AckedThrough {
+    match start.start.kind.owed_sweep() {
+        Some(_) => AckedThrough(0),
+        None => AckedThrough(start.checkpoint.acked_through.unwrap_or(u64::MAX)),
+    }
+}
+
+/// After a start whose full sweep, or whose holds, cover every row committed before
+/// its position, the checkpoint acknowledges through the table's newest id (read
+/// after the position was): a later start holds the keys of whichever of those rows
+/// are still unsent then, since the binlog path will not read them.
+async fn bound_what_the_start_covers(claims: &ClaimStore, start: &mut BinlogStart) -> Result<(), mysql_async::Error> {
+    let checkpoint = &mut start.checkpoint;
+    if start.start.kind.owed_sweep().is_some() || checkpoint.acked_through.is_none() {
+        let newest = claims.newest_id().await?;
+        checkpoint.acked_through = Some(checkpoint.acked_through.unwrap_or(0).max(newest));
+    }
+    Ok(())
+}
+
+/// The keys that wait, from the table, before this term routes anything: those the
+/// last leader held (a FAILED row, a booked retry) and those with rows the binlog path
+/// will not read again (`left_behind`, or claimed by a relay that is gone). A restart,
+/// a resume, a new term or a standby taking over holds exactly the same keys, and the
+/// sweep sends what they wait for in order before any newer event of theirs.
+async fn held_at_start(claims: &ClaimStore, left_behind: AckedThrough) -> Result<HeldKeys, mysql_async::Error> {
     let held = HeldKeys::default();
-    held.hold_all(claims.held_keys().await?);
+    held.hold_all(claims.held_keys(Some(left_behind)).await?);
     if !held.is_empty() {
-        tracing::info!(keys = held.len(), "holding the keys the table says wait behind a FAILED row or a booked retry");
+        tracing::info!(keys = held.len(), acked_through = left_behind.0, "holding the keys with rows that wait: FAILED, a booked retry, claimed by a relay that is gone, or left behind before the checkpoint");
     }
     Ok(held)
 }

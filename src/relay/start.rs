@@ -17,11 +17,9 @@
 //!
 //! Changing a pinned queue count is refused: it would move keys between queues.
 
+use mysql_async::Pool;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::Instant;
-
-use mysql_async::Pool;
 
 use super::RelayError;
 use crate::checkpoint::{Checkpoint, CheckpointStore, Mirror};
@@ -30,6 +28,7 @@ use crate::db::{self, DbError};
 use crate::rocketmq::QueueLayout;
 use crate::server::{Flavor, ServerInfo};
 use crate::source::binlog::{self, ColumnMap, GtidState, Start, StartKind};
+use crate::source::OwedSweep;
 use outbox_kit::OutboxTable;
 
 /// How long a new leader waits for the mirror row before it goes on without it.
@@ -68,7 +67,14 @@ pub async fn open(config: &Config, outbox: &OutboxTable) -> Result<BinlogSource,
 
 impl BinlogSource {
     /// The checkpoint a new leader term starts from, saved locally before anything else.
-    pub async fn start(&self, config: &Config, mirror: &Mirror) -> Result<BinlogStart, RelayError> {
+    /// `primary_now_us` is the primary's local clock read just before (see
+    /// [`OwedSweep::position_read_local_us`]).
+    pub async fn start(
+        &self,
+        config: &Config,
+        mirror: &Mirror,
+        primary_now_us: Option<i64>,
+    ) -> Result<BinlogStart, RelayError> {
         let local = self.store.load()?;
         let mirrored = match tokio::time::timeout(MIRROR_READ_TIMEOUT, mirror.load()).await {
             Ok(Ok(found)) => found,
@@ -87,15 +93,15 @@ impl BinlogSource {
             check_pins(config, chosen)?;
         }
         let before = chosen.as_ref().map(|c| c.server_identity.clone()).unwrap_or_default();
-        let read_at = Instant::now();
-        let (checkpoint, kind) = match chosen {
-            Some(saved) if saved.server_identity == self.server.identity => (saved, StartKind::Resume),
+        let owed = |reason: String| OwedSweep { reason, position_read_local_us: primary_now_us };
+        let (mut checkpoint, kind) = match chosen {
+            Some(saved) if saved.server_identity == self.server.identity => resumed(saved),
             Some(mut saved) if self.resumes_by_gtid(&saved) => {
                 tracing::info!(gtid = ?saved.position.gtid, checkpoint_of = %saved.server_identity, source = %self.server.identity, "resuming by GTID on another server");
                 // From here on the position is this server's; its file and offset follow
                 // with the first event read.
                 saved.server_identity.clone_from(&self.server.identity);
-                (saved, StartKind::Resume)
+                resumed(saved)
             }
             Some(saved) => {
                 let reason = format!(
@@ -103,13 +109,16 @@ impl BinlogSource {
                     saved.server_identity, self.server.identity
                 );
                 let pinned = self.at_current_position(saved.queue_counts, saved.queue_layouts).await?;
-                (pinned, StartKind::PositionLost { reason, read_at })
+                (pinned, StartKind::PositionLost(owed(reason)))
             }
             None => {
                 let pins = config.rocketmq.topics.iter().map(|(t, c)| (t.clone(), c.queue_count)).collect();
-                (self.at_current_position(pins, BTreeMap::new()).await?, StartKind::Fresh { read_at })
+                let fresh = self.at_current_position(pins, BTreeMap::new()).await?;
+                (fresh, StartKind::Fresh(owed("first start: no checkpoint".into())))
             }
         };
+        // Owed before the position is saved: a start cut short sweeps again.
+        checkpoint.owed_sweep = kind.owed_sweep().cloned();
         if from_mirror || kind != StartKind::Resume || checkpoint.server_identity != before {
             self.store.save(&checkpoint)?;
         }
@@ -136,7 +145,17 @@ impl BinlogSource {
     ) -> Result<Checkpoint, RelayError> {
         let mut conn = self.pool.get_conn().await.map_err(|e| DbError::query("source", &self.url, e))?;
         let position = binlog::current_position(&mut conn, self.server.flavor, self.url.address()).await?;
-        Ok(Checkpoint { position, server_identity: self.server.identity.clone(), queue_counts, queue_layouts })
+        let server_identity = self.server.identity.clone();
+        // Every row committed before the position is the full sweep's to send.
+        Ok(Checkpoint { position, server_identity, queue_counts, queue_layouts, acked_through: None, owed_sweep: None })
+    }
+}
+
+/// A saved checkpoint resumed: tailing at once, or after the full sweep it still owes.
+fn resumed(saved: Checkpoint) -> (Checkpoint, StartKind) {
+    match saved.owed_sweep.clone() {
+        Some(owed) => (saved, StartKind::SweepOwed(owed)),
+        None => (saved, StartKind::Resume),
     }
 }
 
@@ -175,6 +194,8 @@ mod tests {
             server_identity: identity.into(),
             queue_counts: Default::default(),
             queue_layouts: Default::default(),
+            acked_through: None,
+            owed_sweep: None,
         }
     }
 

@@ -9,7 +9,7 @@ mod position;
 pub mod sweep;
 
 pub use handoff::{Admitted, Budget, Handoff, InFlight, PipelineClosed};
-pub use position::BinlogPosition;
+pub use position::{BinlogPosition, OwedSweep};
 
 use crate::event::OutboxEvent;
 

@@ -17,3 +17,16 @@ pub struct BinlogPosition {
     #[serde(default)]
     pub commit_time: Option<u32>,
 }
+
+/// A full sweep still owed, with what it needs to run after a restart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwedSweep {
+    /// Why it is owed (first start, lost position), for the log.
+    pub reason: String,
+    /// The primary's local clock, in microseconds as `created_at` reads, just before
+    /// the position to tail from was read: rows created since then (less the grace and
+    /// the source replica's lag) are in the binlog stream too, and the binlog path
+    /// skips those the sweep claimed. `None`: the sweep places the position by the time
+    /// since its request instead.
+    pub position_read_local_us: Option<i64>,
+}

@@ -105,6 +105,11 @@ impl Cutoff {
     }
 }
 
+/// The highest outbox row id a checkpoint acknowledged through: unsent rows at or
+/// below it will not be read from the binlog again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckedThrough(pub u64);
+
 /// A business key of a topic and the highest row id of it that a claim may take.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyUpTo {
@@ -238,23 +243,39 @@ impl ClaimStore {
 
     /// Every key the table says is held, with its highest row still waiting (the rows
     /// left behind it are PENDING): a key with a FAILED row (hold policy), or with a
-    /// PENDING row waiting for its booked retry (both policies). A new term holds them
-    /// before it routes anything.
-    pub async fn held_keys(&self) -> Result<Vec<KeyUpTo>, mysql_async::Error> {
+    /// PENDING row waiting for its booked retry (both policies). A new pipeline also
+    /// holds, with `from_start`, every key with a row that the binlog path will not
+    /// read again and that is not sent: a SENDING row (claimed by a relay that is gone)
+    /// or an unsent row at or below the id its checkpoint acknowledged through, so
+    /// none of its new events overtakes them. One statement, whatever the count.
+    pub async fn held_keys(&self, from_start: Option<AckedThrough>) -> Result<Vec<KeyUpTo>, mysql_async::Error> {
         let (holding, waiting) = match self.policy {
-            FailedKeyPolicy::Hold => (format!("status = {FAILED} OR "), format!("{PENDING}, {FAILED}")),
-            FailedKeyPolicy::Continue => (String::new(), PENDING.to_string()),
+            FailedKeyPolicy::Hold => (format!("status = {FAILED} OR "), format!("{PENDING}, {SENDING}, {FAILED}")),
+            FailedKeyPolicy::Continue => (String::new(), format!("{PENDING}, {SENDING}")),
+        };
+        let (behind, params) = match from_start {
+            Some(AckedThrough(id)) => {
+                (format!(" OR status = {SENDING} OR (status = {PENDING} AND id <= ?)"), vec![Value::from(id)])
+            }
+            None => (String::new(), Vec::new()),
         };
         let table = self.outbox.qualified();
         let sql = format!(
             "SELECT o.topic, o.biz_key, MAX(o.id) FROM {table} o \
              JOIN (SELECT DISTINCT topic, biz_key FROM {table} \
-                   WHERE {holding}(status = {PENDING} AND next_retry_at > NOW(3))) h \
+                   WHERE {holding}(status = {PENDING} AND next_retry_at > NOW(3)){behind}) h \
              ON o.topic = h.topic AND o.biz_key = h.biz_key \
              WHERE o.status IN ({waiting}) GROUP BY o.topic, o.biz_key"
         );
-        let rows: Vec<(String, String, u64)> = self.pool.get_conn().await?.query(sql).await?;
+        let rows: Vec<(String, String, u64)> =
+            self.pool.get_conn().await?.exec(sql, Params::Positional(params)).await?;
         Ok(rows.into_iter().map(|(topic, biz_key, up_to)| KeyUpTo { topic, biz_key, up_to }).collect())
+    }
+
+    /// The newest row's id (0 for an empty table).
+    pub async fn newest_id(&self) -> Result<u64, mysql_async::Error> {
+        let sql = format!("SELECT MAX(id) FROM {}", self.outbox.qualified());
+        Ok(self.pool.get_conn().await?.query_first::<Option<u64>, _>(sql).await?.flatten().unwrap_or(0))
     }
 
     /// The id of the newest manual action on the schema's tables (requeue, skip,
@@ -264,20 +285,19 @@ impl ClaimStore {
         Ok(self.pool.get_conn().await?.query_first::<Option<u64>, _>(sql).await?.flatten())
     }
 
-    /// Whether `topic`/`biz_key` has a row at or below `up_to` that is not sent yet
-    /// (PENDING or SENDING), or (hold policy) a FAILED row.
-    pub async fn key_waits(&self, topic: &str, biz_key: &str, up_to: u64) -> Result<bool, mysql_async::Error> {
-        let failed = match self.policy {
-            FailedKeyPolicy::Hold => format!(" OR status = {FAILED}"),
-            FailedKeyPolicy::Continue => String::new(),
-        };
+    /// Which of `keys` still have a row at or below their `up_to` that is not sent yet
+    /// (PENDING or SENDING): one statement for all of them.
+    pub async fn keys_waiting(&self, keys: &[KeyUpTo]) -> Result<HashSet<(String, String)>, mysql_async::Error> {
+        if keys.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let (condition, params) = Cutoff::Behind(keys.to_vec()).condition("");
         let sql = format!(
-            "SELECT 1 FROM {} WHERE topic = ? AND biz_key = ? \
-             AND ((status IN ({PENDING}, {SENDING}) AND id <= ?){failed}) LIMIT 1",
+            "SELECT DISTINCT topic, biz_key FROM {} WHERE status IN ({PENDING}, {SENDING}){condition}",
             self.outbox.qualified()
         );
-        let found: Option<u8> = self.pool.get_conn().await?.exec_first(sql, (topic, biz_key, up_to)).await?;
-        Ok(found.is_some())
+        let rows: Vec<(String, String)> = self.pool.get_conn().await?.exec(sql, Params::Positional(params)).await?;
+        Ok(rows.into_iter().collect())
     }
 
     async fn claim_locked(&self, select: &str, params: Params) -> Result<Vec<(u64, Row)>, mysql_async::Error> {

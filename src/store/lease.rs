@@ -1,11 +1,18 @@
 //! The leader lease in `outbox_relay_lease` on the primary, and the fence that makes
 //! every write of the relay conditional on its term.
 //!
-//! One row per fleet: `(name, holder, term, lease_until)`. Taking the lease is one
-//! conditional UPDATE that succeeds only when the lease has run out, and that
-//! increments `term`; renewing succeeds only while the same term still holds an
-//! unexpired lease. Only the database's clock (`NOW(3)`) decides expiry, so clocks of
-//! the relay hosts never matter.
+//! One row per fleet: `(name, holder, term, lease_until)`. No clock's reading decides
+//! who leads, neither a relay host's wall clock nor the primary's (its time zone, a
+//! DST change, an NTP step or a failover to a primary whose clock is elsewhere must
+//! not shorten a term): a taker watches the row and takes it only once it has seen
+//! the same record unchanged for a whole lease on its own monotonic clock (the way a
+//! Kubernetes lease is observed), or at once when its leader released it. Each
+//! renewal writes a new `lease_until` (the primary's now plus the lease: a record
+//! version a person can read, compared only for equality); taking is one
+//! conditional UPDATE on the record observed, and increments `term`; renewing
+//! succeeds while the term is still the row's. An operator's forced term end only
+//! bumps `term`: the old leader's next renewal fails and it stops, and takers start
+//! watching the changed record, a whole lease, before one takes it.
 //!
 //! A [`TermFence`] joins the lease row into a write: the write changes rows only while
 //! its term is still the current one. A leader that was paused or cut off and
@@ -20,8 +27,8 @@ use mysql_async::Pool;
 use super::ReadFor;
 
 /// How long the leader that handed its lease over (an operator's order) leaves it to
-/// the standbys; after that it may take it back (a fleet without a standby resumes by
-/// itself).
+/// the standbys, on its own clock; after that it may take it back (a fleet without a
+/// standby resumes by itself).
 pub const HANDOVER_GRACE: Duration = Duration::from_secs(10);
 
 /// Name of the lease table (in the outbox table's schema).
@@ -72,6 +79,27 @@ impl TermFence {
     }
 }
 
+/// `lease_until` of a lease no one holds: released by its leader, or never taken.
+const RELEASED: &str = "1970-01-02 00:00:00.000";
+
+/// The lease row as a taker observed it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaseRecord {
+    pub holder: String,
+    pub term: u64,
+    /// `lease_until` as text: the record's version, never read as a time.
+    stamp: String,
+    /// Released by its leader (or never taken): free to take at once.
+    pub released: bool,
+}
+
+impl LeaseRecord {
+    /// A record as read: `stamp` is `lease_until` as text.
+    pub fn new(holder: String, term: u64, stamp: String, released: bool) -> Self {
+        Self { holder, term, stamp, released }
+    }
+}
+
 /// Who holds a lease now, as the table says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseHolder {
@@ -105,29 +133,40 @@ impl LeaseStore {
         self.fence(u64::MAX)
     }
 
-    /// Takes the lease for `holder` if it has run out (or never existed); the new term.
-    /// A plain read comes first, so standbys trying while the lease is held take no
-    /// lock on the row the leader renews and fences its writes with.
-    pub async fn acquire(&self, holder: &str, lease: Duration) -> Result<Option<u64>, mysql_async::Error> {
+    /// The lease row as a taker sees it (created, released, if the fleet has none).
+    pub async fn observe(&self) -> Result<LeaseRecord, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
-        let expired: Option<bool> = conn
-            .exec_first(format!("SELECT lease_until < NOW(3) FROM {} WHERE name = ?", self.table), (&self.name,))
-            .await?;
-        match expired {
-            Some(false) => return Ok(None),
-            Some(true) => {}
-            None => self.ensure_row(&mut conn).await?,
+        let sql = format!(
+            "SELECT holder, term, CAST(lease_until AS CHAR), lease_until = '{RELEASED}' FROM {} WHERE name = ?",
+            self.table
+        );
+        type Row = (String, u64, String, bool);
+        let mut row: Option<Row> = conn.exec_first(&sql, (&self.name,)).await?;
+        if row.is_none() {
+            self.ensure_row(&mut conn).await?;
+            row = conn.exec_first(&sql, (&self.name,)).await?;
         }
-        // The instance that just handed the lease over leaves it to the others a while.
+        let (holder, term, stamp, released) = row.unwrap_or_default();
+        Ok(LeaseRecord::new(holder, term, stamp, released))
+    }
+
+    /// Takes the lease for `holder` if the row is still the record `seen` (which the
+    /// caller saw released, or unchanged for a whole lease); the new term, or `None`
+    /// when the row changed meanwhile.
+    pub async fn take(
+        &self,
+        holder: &str,
+        lease: Duration,
+        seen: &LeaseRecord,
+    ) -> Result<Option<u64>, mysql_async::Error> {
+        let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(
             format!(
                 "UPDATE {} SET holder = ?, term = LAST_INSERT_ID(term + 1), lease_until = NOW(3) + INTERVAL ? MICROSECOND \
-                 WHERE name = ? AND lease_until < NOW(3) \
-                 AND (handover_term IS NULL OR handover_term <> term OR holder <> ? \
-                      OR lease_until < NOW(3) - INTERVAL ? MICROSECOND)",
+                 WHERE name = ? AND holder = ? AND term = ? AND CAST(lease_until AS CHAR) = ?",
                 self.table
             ),
-            (holder, crate::time::micros(lease), &self.name, holder, crate::time::micros(HANDOVER_GRACE)),
+            (holder, crate::time::micros(lease), &self.name, &seen.holder, seen.term, &seen.stamp),
         )
         .await?;
         Ok((conn.affected_rows() == 1).then(|| conn.last_insert_id()).flatten())
@@ -137,7 +176,7 @@ impl LeaseStore {
     pub(crate) async fn ensure_row(&self, conn: &mut impl Queryable) -> Result<(), mysql_async::Error> {
         conn.exec_drop(
             format!(
-                "INSERT IGNORE INTO {} (name, holder, term, lease_until) VALUES (?, '', 0, '1970-01-02')",
+                "INSERT IGNORE INTO {} (name, holder, term, lease_until) VALUES (?, '', 0, '{RELEASED}')",
                 self.table
             ),
             (&self.name,),
@@ -157,14 +196,15 @@ impl LeaseStore {
         &self.name
     }
 
-    /// Extends the lease of `term` by `lease` from now; `false` when it is not ours
-    /// any more or had already run out.
+    /// Renews the lease of `term` (a new record, which every taker must watch for a
+    /// whole lease again); `false` when the term is not the row's any more or was
+    /// released.
     pub async fn renew(&self, term: u64, lease: Duration) -> Result<bool, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(
             format!(
                 "UPDATE {} SET lease_until = NOW(3) + INTERVAL ? MICROSECOND \
-                 WHERE name = ? AND term = ? AND lease_until >= NOW(3)",
+                 WHERE name = ? AND term = ? AND lease_until <> '{RELEASED}'",
                 self.table
             ),
             (crate::time::micros(lease), &self.name, term),
@@ -173,12 +213,13 @@ impl LeaseStore {
         Ok(conn.affected_rows() == 1)
     }
 
-    /// Ends the lease of `term` now, so a standby takes over at its next try.
+    /// Releases the lease of `term` (its leader has stopped publishing), so a standby
+    /// takes over at its next try.
     pub async fn release(&self, term: u64) -> Result<bool, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(
             format!(
-                "UPDATE {} SET lease_until = NOW(3) - INTERVAL 1 SECOND WHERE name = ? AND term = ? AND lease_until >= NOW(3)",
+                "UPDATE {} SET lease_until = '{RELEASED}' WHERE name = ? AND term = ? AND lease_until <> '{RELEASED}'",
                 self.table
             ),
             (&self.name, term),
@@ -221,17 +262,11 @@ impl LeaseStore {
     }
 
     /// Ends the current term on `conn`, inside the caller's transaction: the term goes
-    /// up by one and the lease runs out, so no write fenced by an earlier term changes
-    /// anything any more, its leader loses the next renewal and steps down, and the
-    /// next instance to take the lease starts a term after this one.
+    /// up by one, so no write fenced by an earlier term changes anything any more and
+    /// its leader's next renewal fails (it stops then, at the latest at its own
+    /// deadline). The lease is not shortened: a taker takes the changed record only
+    /// after watching it a whole lease, when the old leader has surely stopped.
     pub(crate) async fn end_term(&self, conn: &mut impl Queryable) -> Result<(), mysql_async::Error> {
-        conn.exec_drop(
-            format!(
-                "UPDATE {} SET term = term + 1, lease_until = LEAST(lease_until, NOW(3) - INTERVAL 1 SECOND) WHERE name = ?",
-                self.table
-            ),
-            (&self.name,),
-        )
-        .await
+        conn.exec_drop(format!("UPDATE {} SET term = term + 1 WHERE name = ?", self.table), (&self.name,)).await
     }
 }

@@ -15,11 +15,11 @@ mod schema;
 mod sent;
 mod status;
 
-pub(crate) use claims::KeyUpTo;
+pub(crate) use claims::{AckedThrough, KeyUpTo};
 pub use claims::{ClaimStore, Claimed, Cutoff, Malformed};
 pub(crate) use instances::REPORT_EVERY;
 pub use instances::{InstanceReport, InstanceRole, InstanceSeen, Instances};
-pub use lease::{LeaseHolder, LeaseStore, TermFence, HANDOVER_GRACE};
+pub use lease::{LeaseHolder, LeaseRecord, LeaseStore, TermFence, HANDOVER_GRACE};
 pub use orders::{Orders, Paused};
 pub use schema::{
     check_migrated, has_index, migrate, planned, MigrateError, MigrationReport, NotMigrated, PartitionPlan,

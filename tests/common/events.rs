@@ -152,3 +152,30 @@ struct Place<'a> {
     offset: i64,
     key: &'a str,
 }
+
+/// Per term, the first and last broker store time of its messages (first deliveries).
+fn term_spans(deliveries: &[Received]) -> BTreeMap<u64, (i64, i64)> {
+    let mut spans: BTreeMap<u64, (i64, i64)> = BTreeMap::new();
+    for d in deliveries.iter().filter(|d| d.reconsume_times == 0) {
+        let term = d.relay_term.unwrap_or_else(|| panic!("{} carries no relay_term", d.event_id));
+        let span = spans.entry(term).or_insert((d.store_timestamp, d.store_timestamp));
+        span.0 = span.0.min(d.store_timestamp);
+        span.1 = span.1.max(d.store_timestamp);
+    }
+    spans
+}
+
+/// Checks, by the broker's store times, that the terms that published did so one
+/// after the other (no message of a term stored after the first of a later one); the
+/// terms that published, in order.
+pub fn terms_one_after_another(deliveries: &[Received]) -> Vec<u64> {
+    let ordered: Vec<(u64, (i64, i64))> = term_spans(deliveries).into_iter().collect();
+    for pair in ordered.windows(2) {
+        let ((earlier, (_, last)), (later, (first_of_later, _))) = (pair[0], pair[1]);
+        assert!(
+            last <= first_of_later,
+            "term {earlier} still published at {last} after term {later} began at {first_of_later}"
+        );
+    }
+    ordered.into_iter().map(|(term, _)| term).collect()
+}

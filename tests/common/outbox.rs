@@ -137,6 +137,14 @@ impl TestOutbox {
         status.unwrap_or_else(|| panic!("no row {id}"))
     }
 
+    /// Whether row `id`'s booked retry is due on the database's clock.
+    pub async fn due(&self, id: u64) -> bool {
+        let mut conn = self.pool.get_conn().await.expect("conn");
+        let sql = format!("SELECT next_retry_at <= NOW(3) FROM {} WHERE id = ?", self.table.qualified());
+        let due: Option<bool> = conn.exec_first(sql, (id,)).await.expect("next_retry_at");
+        due.unwrap_or_else(|| panic!("no row {id}"))
+    }
+
     /// Runs one statement as root.
     pub async fn exec(&self, sql: &str) {
         self.pool.get_conn().await.expect("conn").query_drop(sql).await.expect(sql);

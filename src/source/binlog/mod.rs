@@ -54,7 +54,7 @@ pub use gtid::GtidState;
 pub use preflight::{check as preflight, current_position, read_facts, PreflightError};
 pub use standing::{bytes_after, expire_seconds, replication, Replication};
 
-use super::{BinlogPosition, Handoff, Origin, PipelineClosed, SourceTx};
+use super::{BinlogPosition, Handoff, Origin, OwedSweep, PipelineClosed, SourceTx};
 use crate::backoff::Backoff;
 use crate::config::{Config, ConfigError, DbUrl, TlsConfig};
 use crate::db::{self, DbError};
@@ -134,26 +134,38 @@ pub struct Start {
     pub kind: StartKind,
 }
 
-/// Why the reader starts where it does. A fresh or lost start's position is the
-/// source's current one, read at `read_at`: its full sweep and the binlog path both
-/// see what was committed since.
+/// Why the reader starts where it does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartKind {
     /// From the saved checkpoint.
     Resume,
     /// No checkpoint: a full sweep first, then tail from the recorded current position.
-    Fresh { read_at: Instant },
-    /// The saved position means nothing on this source (the reason): counted as a
-    /// lost position, a full sweep first, then tail from the current position.
-    PositionLost { reason: String, read_at: Instant },
+    Fresh(OwedSweep),
+    /// The saved position means nothing on this source: counted as a lost position,
+    /// a full sweep first, then tail from the current position.
+    PositionLost(OwedSweep),
+    /// An earlier start's full sweep was cut short: it runs again before tailing from
+    /// the saved position.
+    SweepOwed(OwedSweep),
+}
+
+impl StartKind {
+    /// The full sweep this start runs before tailing, if any.
+    pub fn owed_sweep(&self) -> Option<&OwedSweep> {
+        match self {
+            StartKind::Resume => None,
+            StartKind::Fresh(owed) | StartKind::PositionLost(owed) | StartKind::SweepOwed(owed) => Some(owed),
+        }
+    }
 }
 
 impl std::fmt::Display for StartKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StartKind::Resume => f.write_str("resume"),
-            StartKind::Fresh { .. } => f.write_str("first start"),
-            StartKind::PositionLost { reason, .. } => write!(f, "position lost: {reason}"),
+            StartKind::Fresh(_) => f.write_str("first start"),
+            StartKind::PositionLost(owed) => write!(f, "position lost: {}", owed.reason),
+            StartKind::SweepOwed(owed) => write!(f, "full sweep cut short earlier ({}): sweeping again", owed.reason),
         }
     }
 }
@@ -182,10 +194,8 @@ impl Reader {
         let mut position = start.position;
         match start.kind {
             StartKind::Resume => {}
-            StartKind::Fresh { read_at } => {
-                self.full_sweep("first start: no checkpoint".into(), &position, read_at).await?
-            }
-            StartKind::PositionLost { reason, read_at } => self.position_lost(reason, &position, read_at).await?,
+            StartKind::Fresh(owed) | StartKind::SweepOwed(owed) => self.full_sweep(owed, &position).await?,
+            StartKind::PositionLost(owed) => self.position_lost(owed, &position).await?,
         }
         let mut failures = 0u32;
         loop {
@@ -241,20 +251,16 @@ impl Reader {
         detail: &str,
     ) -> Result<BinlogPosition, PipelineClosed> {
         let current = self.current_position().await;
-        let read_at = Instant::now();
         let reason = format!("the source cannot read binlog {}:{} any more (purged?): {detail}", lost.file, lost.pos);
-        self.position_lost(reason, &current, read_at).await?;
+        // No reading of the primary's clock here: the sweep places the position by
+        // the time since the request.
+        self.position_lost(OwedSweep { reason, position_read_local_us: None }, &current).await?;
         Ok(current)
     }
 
-    /// Counts and reports a lost position, then sweeps and moves on to `resume_at`
-    /// (read from the source at `read_at`).
-    async fn position_lost(
-        &self,
-        reason: String,
-        resume_at: &BinlogPosition,
-        read_at: Instant,
-    ) -> Result<(), PipelineClosed> {
+    /// Counts and reports a lost position, then sweeps and moves on to `resume_at`.
+    async fn position_lost(&self, owed: OwedSweep, resume_at: &BinlogPosition) -> Result<(), PipelineClosed> {
+        let reason = &owed.reason;
         self.links.metrics.position_lost.inc();
         self.links.watermark.forget_takeover();
         self.links.health.problem(
@@ -262,7 +268,7 @@ impl Reader {
             format!("binlog source: position lost ({reason}); sweeping every PENDING row, then tailing again"),
         );
         tracing::error!(%reason, file = %resume_at.file, pos = resume_at.pos, "binlog position lost: sweeping every PENDING row, then tailing from the current position; nothing is skipped");
-        self.full_sweep(reason, resume_at, read_at).await
+        self.full_sweep(owed, resume_at).await
     }
 
     async fn current_position(&self) -> BinlogPosition {
@@ -294,12 +300,11 @@ impl Reader {
     }
 
     /// Has the sweep hand on every row committed so far, then moves the checkpoint to
-    /// `from` (where tailing starts, read from the source at `read_at`) once
-    /// everything before is acknowledged.
-    async fn full_sweep(&self, reason: String, from: &BinlogPosition, read_at: Instant) -> Result<(), PipelineClosed> {
+    /// `from` (where tailing starts) once everything before is acknowledged.
+    async fn full_sweep(&self, owed: OwedSweep, from: &BinlogPosition) -> Result<(), PipelineClosed> {
         self.links.metrics.full_sweeps.inc();
         let (done, swept) = oneshot::channel();
-        let request = FullSweep { reason, position_read: read_at, done };
+        let request = FullSweep { owed, position_read: Instant::now(), done };
         self.links.sweeps.send(request).await.map_err(|_| PipelineClosed)?;
         swept.await.map_err(|_| PipelineClosed)?;
         self.links.handoff.send(SourceTx::binlog(Vec::new(), from.clone())).await

@@ -16,6 +16,7 @@
 
 pub mod watermark;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,10 +28,11 @@ use crate::config::{Mode, SweepConfig};
 use crate::event::OutboxEvent;
 use crate::fault::{self, Slow};
 use crate::health::{Health, Part};
-use crate::lanes::HeldKeys;
+use crate::lanes::{HeldKey, HeldKeys, Waiting};
 use crate::metrics::{FailReason, RelayMetrics};
-use crate::source::{Handoff, Origin, SourceTx};
+use crate::source::{Handoff, Origin, OwedSweep, SourceTx};
 use crate::store::{ClaimStore, Claimed, Cutoff, KeyUpTo, Malformed, StatusStore};
+use crate::time::local_micros;
 use crate::write_back::{Flushed, Unwritten, WriteBacks};
 
 pub use watermark::Watermark;
@@ -94,9 +96,10 @@ pub fn full_sweeps() -> (mpsc::Sender<FullSweep>, mpsc::Receiver<FullSweep>) {
 
 /// A request for a full sweep; `done` fires once every row it covers is handed on.
 pub struct FullSweep {
-    pub reason: String,
-    /// When the position the binlog path tails from afterwards was read: rows committed
-    /// since then are in its stream too, and it skips the ones this sweep claimed.
+    pub owed: OwedSweep,
+    /// When the request was made, for a position whose reading on the primary's clock
+    /// is unknown: rows committed since then are in the binlog stream too, and the
+    /// binlog path skips the ones this sweep claimed.
     pub position_read: Instant,
     pub done: oneshot::Sender<()>,
 }
@@ -167,6 +170,8 @@ pub struct Sweeper {
     held: HeldKeys,
     /// Rows seen waiting, to be claimed once the binlog path has passed them.
     fence: Option<Fence>,
+    /// Whether the last look at the held keys found some with rows free to go.
+    draining: bool,
     write_backs: WriteBacks,
     unwritten: Unwritten,
 }
@@ -206,7 +211,20 @@ enum Stop {
 impl Sweeper {
     pub fn new(settings: SweepSettings, links: SweepLinks) -> Self {
         let SweepLinks { claims, handoff, requests, metrics, health, status, held, write_backs, unwritten } = links;
-        Self { claims, handoff, settings, requests, metrics, health, status, held, fence: None, write_backs, unwritten }
+        Self {
+            claims,
+            handoff,
+            settings,
+            requests,
+            metrics,
+            health,
+            status,
+            held,
+            fence: None,
+            draining: false,
+            write_backs,
+            unwritten,
+        }
     }
 
     /// Sweeps until `shutdown`.
@@ -228,7 +246,7 @@ impl Sweeper {
                 Some(request) = self.requests.recv() => self.full_sweep(request).await,
                 _ = release_check.tick() => {
                     self.put_back_unwritten().await;
-                    if !self.after_manual_action(&mut last_action).await {
+                    if !self.after_manual_action(&mut last_action).await || !self.drain_released().await {
                         return;
                     }
                 }
@@ -351,6 +369,21 @@ impl Sweeper {
         }
     }
 
+    /// While released keys still have rows to send (the last pass claimed some), the
+    /// next pass follows within a second instead of at the period: a key's events that
+    /// wait behind the released rows go out as soon as those are sent. `false` when
+    /// the pipeline has stopped.
+    async fn drain_released(&mut self) -> bool {
+        if !self.draining {
+            return true;
+        }
+        if self.settings.binlog.is_some() {
+            self.settle_write_backs().await;
+        }
+        self.reclaim().await;
+        self.release_held().await
+    }
+
     /// While keys are held: after a manual action (an operator skipped or requeued
     /// what they wait for), releases them at once instead of at the next period.
     /// `false` when the pipeline has stopped.
@@ -385,18 +418,21 @@ impl Sweeper {
 
     /// Brings the held keys in line with the table, then claims the rows they left
     /// behind that nothing holds back any more (the row they waited for was delivered,
-    /// skipped or requeued), without waiting for the binlog path's progress: the rows
-    /// it may still meet (its source lags, or it replays after a restart) are
-    /// remembered, and it skips them. `false` when the pipeline has stopped.
+    /// skipped or requeued, or the key was held by a new pipeline), without waiting
+    /// for the binlog path's progress: the rows it may still meet (its source lags, or
+    /// it replays after a restart) are remembered, and it skips them. Keys the table
+    /// still holds (a FAILED row, a retry not due) cost no claim. `false` when the
+    /// pipeline has stopped.
     async fn release_held(&mut self) -> bool {
-        self.refresh_held().await;
-        let held: Vec<KeyUpTo> = self
-            .held
-            .snapshot()
-            .into_iter()
-            .map(|((topic, biz_key), waiting)| KeyUpTo { topic, biz_key, up_to: waiting.up_to })
-            .collect();
-        for keys in held.chunks(RELEASE_KEYS) {
+        let draining = match self.sync_held().await {
+            Ok(draining) => draining,
+            Err(error) => {
+                tracing::warn!(%error, "sweep: cannot read which keys wait behind earlier events; the next sweep tries again");
+                return true;
+            }
+        };
+        self.draining = !draining.is_empty();
+        for keys in draining.chunks(RELEASE_KEYS) {
             if let Err(stop) = self.claim_all(&Cutoff::Behind(keys.to_vec()), AheadOfBinlog::Every).await {
                 return self.claim_failed(&stop);
             }
@@ -405,33 +441,40 @@ impl Sweeper {
     }
 
     /// Brings the held keys in line with the table: every key with a FAILED row (hold
-    /// policy) or a booked retry is held; a key with nothing unsent left at or below
-    /// what it waits for is released.
-    async fn refresh_held(&self) {
-        if let Err(error) = self.sync_held().await {
-            tracing::warn!(%error, "sweep: cannot read which keys wait behind earlier events; the next sweep tries again");
-        }
-    }
-
-    async fn sync_held(&self) -> Result<(), mysql_async::Error> {
-        self.held.hold_all(self.claims.held_keys().await?);
-        for ((topic, biz_key), waiting) in self.held.snapshot() {
-            if !self.claims.key_waits(&topic, &biz_key, waiting.up_to).await? {
-                self.held.release(&(topic, biz_key), waiting);
+    /// policy) or a booked retry is held; of the others, a key with nothing unsent
+    /// left at or below what it waits for is released, and the rest are returned:
+    /// their rows left behind are free to go. One statement for the table's holds and
+    /// one per [`RELEASE_KEYS`] keys not held by it, however many keys are held.
+    async fn sync_held(&self) -> Result<Vec<KeyUpTo>, mysql_async::Error> {
+        let table = self.claims.held_keys(None).await?;
+        let kept: HashSet<HeldKey> = table.iter().map(|k| (k.topic.clone(), k.biz_key.clone())).collect();
+        self.held.hold_all(table);
+        let free: Vec<(HeldKey, Waiting)> =
+            self.held.snapshot().into_iter().filter(|(key, _)| !kept.contains(key)).collect();
+        let mut draining = Vec::new();
+        for chunk in free.chunks(RELEASE_KEYS) {
+            let keys: Vec<KeyUpTo> = chunk.iter().map(|(key, waiting)| key_up_to(key, waiting)).collect();
+            let waiting = self.claims.keys_waiting(&keys).await?;
+            for ((key, seen), up_to) in chunk.iter().zip(keys) {
+                if waiting.contains(key) {
+                    draining.push(up_to);
+                } else {
+                    self.held.release(key, *seen);
+                }
             }
         }
-        Ok(())
+        Ok(draining)
     }
 
     /// Sweeps every row created before now, retrying the database until it is done.
     async fn full_sweep(&self, request: FullSweep) {
-        tracing::warn!(reason = %request.reason, "full sweep: every PENDING row committed so far is claimed and sent");
+        tracing::warn!(reason = %request.owed.reason, "full sweep: every PENDING row committed so far is claimed and sent");
         fault::slow(Slow::FullSweep).await;
         let backoff = FULL_SWEEP_RETRY;
         let mut failures = 0u32;
         self.settle_write_backs().await;
         loop {
-            let swept = match self.full_sweep_bounds(request.position_read).await {
+            let swept = match self.full_sweep_bounds(&request).await {
                 Ok((now, ahead)) => {
                     self.reclaim().await;
                     self.claim_all(&Cutoff::Before(now), ahead).await
@@ -454,18 +497,25 @@ impl Sweeper {
     }
 
     /// A full sweep claims every row created before the database's now; the binlog
-    /// path reads again those committed after `position_read`, so those are remembered
-    /// for it to skip: rows created since then, less the grace that covers transactions
-    /// open for a while (their rows were created before their commit) and the source
-    /// replica's last known lag (its position was that far behind the primary).
-    async fn full_sweep_bounds(&self, position_read: Instant) -> Result<(f64, AheadOfBinlog), mysql_async::Error> {
+    /// path reads again those committed after its position was read, so those are
+    /// remembered for it to skip: rows created since then, less the grace that covers
+    /// transactions open for a while (their rows were created before their commit) and
+    /// the source replica's last known lag (its position was that far behind the
+    /// primary).
+    async fn full_sweep_bounds(&self, request: &FullSweep) -> Result<(f64, AheadOfBinlog), mysql_async::Error> {
         let now = self.claims.now().await?;
         let Some(guard) = &self.settings.binlog else { return Ok((now, AheadOfBinlog::Nothing)) };
-        let Some(local_now) = self.claims.local_now_us().await? else { return Ok((now, AheadOfBinlog::Nothing)) };
+        let read = match request.owed.position_read_local_us {
+            Some(read) => Some(read),
+            None => self
+                .claims
+                .local_now_us()
+                .await?
+                .map(|now| now.saturating_sub(local_micros(request.position_read.elapsed()))),
+        };
+        let Some(read) = read else { return Ok((now, AheadOfBinlog::Nothing)) };
         let lag = Duration::try_from_secs_f64(self.metrics.source_replica_lag_seconds.get()).unwrap_or_default();
-        let back = position_read.elapsed().saturating_add(guard.grace).saturating_add(lag);
-        let from = local_now.saturating_sub(i64::try_from(back.as_micros()).unwrap_or(i64::MAX));
-        Ok((now, AheadOfBinlog::CreatedFrom(from)))
+        Ok((now, AheadOfBinlog::CreatedFrom(read.saturating_sub(local_micros(guard.grace.saturating_add(lag))))))
     }
 
     /// Claims and hands on batches until a claim comes back short; the rows the binlog
@@ -530,4 +580,9 @@ async fn outage_began(watermark: Option<&Watermark>) {
         Some(watermark) => watermark.outage_began().await,
         None => std::future::pending().await,
     }
+}
+
+/// A held key as the store names it.
+fn key_up_to((topic, biz_key): &HeldKey, waiting: &Waiting) -> KeyUpTo {
+    KeyUpTo { topic: topic.clone(), biz_key: biz_key.clone(), up_to: waiting.up_to }
 }
