@@ -250,6 +250,8 @@ impl Lane {
                     let reported = self.recorder.sent(part, batch.msg_ids);
                     return if reported { PartEnd::Done } else { PartEnd::Stopped };
                 }
+                // The term ran out while the broker was looked up: checked again above.
+                Err(PublishError::NoTimeLeft) => continue,
                 Err(error) => error,
             };
             let class = self.class_of(&error);
@@ -292,7 +294,8 @@ impl Lane {
     /// One send of `batch` (`events` events); `Ok` on SEND_OK.
     async fn try_send(&self, events: usize, batch: &Prepared) -> Result<(), PublishError> {
         let started = std::time::Instant::now();
-        let sent = self.publisher.send(&self.queue, batch).await;
+        // Written, and waited for, only while the term holds: every send checks it first.
+        let sent = self.publisher.send(&self.queue, batch, self.term.remaining()).await;
         self.metrics.sent_batch(send_status(&sent), started.elapsed());
         sent?;
         self.publisher.confirmed(self.queue.broker_name());

@@ -152,7 +152,7 @@ impl RelayMetrics {
             binlog_lag_seconds: FloatGauge::default(),
             checkpoint_age_seconds: FloatGauge::default(),
             expiry_headroom_seconds: FloatGauge::default(),
-            source_replica_lag_seconds: FloatGauge::default(),
+            source_replica_lag_seconds: unknown(),
             binlog_behind_bytes: FloatGauge::default(),
             lag: Arc::default(),
             upkeep: UpkeepMetrics::default(),
@@ -425,4 +425,12 @@ fn show<S: Clone + std::hash::Hash + Eq, M: Default>(family: &Family<S, M>, labe
     for label in labels {
         drop(family.get_or_create(&label));
     }
+}
+
+/// A gauge that reads as unknown (NaN) until it is first set: a value not read yet
+/// must not look like a measured zero.
+fn unknown() -> FloatGauge {
+    let gauge = FloatGauge::default();
+    gauge.set(f64::NAN);
+    gauge
 }

@@ -76,7 +76,7 @@ fn reachable(address: std::net::SocketAddr) -> String {
 /// (`ClientHost::run`) keeps one set of worker threads.
 pub async fn run(config: &Config, client: Arc<ClientRuntime>, shutdown: CancellationToken) -> Result<(), RelayError> {
     let outbox = config.outbox_table();
-    let Primary { shared: primary, write_backs } = open_primary(config).await?;
+    let Primary { shared: primary, write_backs, lease } = open_primary(config).await?;
     let binlog = match config.mode {
         Mode::Binlog => Some(start::open(config, &outbox).await?),
         Mode::Poll => None,
@@ -85,7 +85,7 @@ pub async fn run(config: &Config, client: Arc<ClientRuntime>, shutdown: Cancella
         .await
         .map_err(|e| DbError::query("primary", &config.primary.url, e))?
         .map_err(|e| RelayError::Environment(e.to_string()))?;
-    let lease = LeaseStore::new(primary.clone(), &outbox.schema, &config.lease_name());
+    let lease = LeaseStore::new(lease, &outbox.schema, &config.lease_name());
     let holder = lease.holder().await.map_err(|e| DbError::query("primary", &config.primary.url, e))?;
     // Until a term is won, claims are fenced by a term no lease row has.
     let claims = ClaimStore::open(
@@ -261,7 +261,14 @@ async fn shutdown_publisher(publisher: Arc<Publisher>) {
 struct Primary {
     shared: mysql_async::Pool,
     write_backs: mysql_async::Pool,
+    /// The lease's own connections (renewals, standby tries, the leader's orders):
+    /// a slow primary busy with failure writes, gauges and retention on the shared
+    /// pool never starves a renewal, which would end the term without a drain.
+    lease: mysql_async::Pool,
 }
+
+/// Connections of the lease's own pool: the keeper's renewal and the orders' reader.
+const LEASE_CONNECTIONS: usize = 2;
 
 /// Opens the primary's pools; their connections log with MINIMAL row images when
 /// allowed.
@@ -277,7 +284,8 @@ async fn open_primary(config: &Config) -> Result<Primary, RelayError> {
         db::connect_with("primary", &primary.url, &primary.tls, primary.pool_max, setup).await?
     };
     let write_backs = db::connect_with("primary", &primary.url, &primary.tls, write_back::CONCURRENT, setup).await?;
-    Ok(Primary { shared, write_backs })
+    let lease = db::connect_with("primary", &primary.url, &primary.tls, LEASE_CONNECTIONS, &[]).await?;
+    Ok(Primary { shared, write_backs, lease })
 }
 
 /// Whether the relay's own updates are to be logged with MINIMAL row images: asked for

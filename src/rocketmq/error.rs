@@ -60,6 +60,10 @@ pub enum PublishError {
     QueueCountMismatch { topic: String, pinned: u32, live: usize },
     #[error("topic {topic}'s queue layout changed on a broker that is up: {change}; routing by another layout would move keys to other queues and break their order: restore the topic's queues on that broker as pinned, or, once every event of the topic is delivered, pin the new layout (docs/operations.md, \"Changing a topic's queues\")")]
     LayoutChanged { topic: String, change: LayoutChanged },
+    /// The time a send was given (its leader term's) ran out before the request was
+    /// written: nothing reached the broker.
+    #[error("the leader term had no time left to send in: not sent")]
+    NoTimeLeft,
     /// The cluster's brokers do not fit what was asked of them (an operator command).
     #[error("{detail}")]
     Cluster { detail: String },
@@ -138,7 +142,8 @@ impl PublishError {
             | PublishError::TopicMissing { .. }
             | PublishError::QueueCountMismatch { .. }
             | PublishError::LayoutChanged { .. }
-            | PublishError::Cluster { .. } => ErrorClass::Outage,
+            | PublishError::Cluster { .. }
+            | PublishError::NoTimeLeft => ErrorClass::Outage,
             PublishError::BodyTooLarge { .. } => ErrorClass::Event,
             PublishError::Client { class, .. } => *class,
         }

@@ -168,6 +168,20 @@ impl Producer {
     /// The request is the relay's own (see `request`); the client's instance finds the
     /// queue's broker, connects, signs and waits for the answer.
     pub async fn send(&self, queue: &MessageQueue, batch: &Prepared) -> Result<(), PublishError> {
+        self.send_within(queue, batch, Duration::from_millis(self.timeout_millis)).await
+    }
+
+    /// [`Producer::send`] that neither writes the request nor waits for its answer past
+    /// `within` from now (a leader term's time left): finding the queue's broker (a
+    /// route read may take seconds) counts against it, and [`PublishError::NoTimeLeft`]
+    /// says nothing was written.
+    pub async fn send_within(
+        &self,
+        queue: &MessageQueue,
+        batch: &Prepared,
+        within: Duration,
+    ) -> Result<(), PublishError> {
+        let started = std::time::Instant::now();
         let client = self
             .producer
             .default_mq_producer_impl()
@@ -185,10 +199,14 @@ impl Producer {
         let address = address.ok_or_else(|| no_address(&broker, &batch.topic))?;
         debug_assert_eq!(queue.topic_str(), batch.topic.as_str(), "a batch goes to a queue of its own topic");
         let destination = Destination { group: &self.group, broker: &broker, queue_id: queue.queue_id() };
+        let left = crate::time::millis(within.saturating_sub(started.elapsed())).min(self.timeout_millis);
+        if left == 0 {
+            return Err(PublishError::NoTimeLeft);
+        }
         let response = client
             .get_mq_client_api_impl()
             .map_err(|e| PublishError::from_client("send", &e))?
-            .invoke(&address, send_request(batch, &destination), self.timeout_millis)
+            .invoke(&address, send_request(batch, &destination), left)
             .await
             .map_err(|e| PublishError::from_client("send", &e))?;
         answer(response.code(), response.remark().map(|remark| remark.as_str()), &address)

@@ -83,12 +83,13 @@ impl Publisher {
         Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// Sends a prepared batch to `queue` with the current producer.
-    pub async fn send(&self, queue: &MessageQueue, batch: &Prepared) -> Result<(), PublishError> {
+    /// Sends a prepared batch to `queue` with the current producer, writing it and
+    /// waiting for the answer only `within` from now (see [`Producer::send_within`]).
+    pub async fn send(&self, queue: &MessageQueue, batch: &Prepared, within: Duration) -> Result<(), PublishError> {
         if crate::fault::ack_without_send() {
             return Ok(());
         }
-        self.producer().send(queue, batch).await
+        self.producer().send_within(queue, batch, within).await
     }
 
     /// `topic`'s live route compared with its pinned `layout`, or with its pinned

@@ -5,6 +5,10 @@
 //!   with the relay's own publish code (one ordered sender per queue, same batches).
 //! - `drain`: N rows committed while the relay is stopped, then the relay started.
 //! - `latency`: a fixed offered load of single-row transactions; commit to SEND_OK.
+//! - `held` (asked for by name): `latency` while 100,000 other keys are held behind
+//!   FAILED rows: what an incident that fails many keys costs the keys it does not.
+//! - `sweep-drain` (asked for by name): `drain` of a first start, whose full sweep sends
+//!   the backlog: the fallback's rate beside the binlog path's.
 //! - `bigtx`: one transaction of many rows, then a backlog of a million, with peak RSS.
 //! - `retention` (asked for by name): retiring millions of expired rows by batch DELETE
 //!   and by partition DROP under a steady load.
@@ -76,7 +80,9 @@ async fn run_case(rig: &Rig, case: Case) -> anyhow::Result<Vec<Measurement>> {
     Ok(match case {
         Case::Raw => vec![cases::raw::run(rig).await?],
         Case::Drain => cases::drain::run_modes(rig).await?,
-        Case::Latency => cases::latency::run_modes(rig).await?,
+        Case::Latency => cases::latency::run_modes(rig, 0).await?,
+        Case::Held => cases::latency::run_modes(rig, rig.options.held_keys).await?,
+        Case::SweepDrain => vec![cases::drain::first_start(rig).await?],
         Case::Bigtx => cases::bigtx::run(rig).await?,
         Case::Retention => cases::retention::run(rig).await?,
     })

@@ -11,6 +11,12 @@ pub enum Case {
     Raw,
     Drain,
     Latency,
+    /// `latency` with `--held-keys` distinct keys held behind FAILED rows (not in the
+    /// default run).
+    Held,
+    /// `drain` of a first start: the rows go out by the full sweep, not the binlog
+    /// path (not in the default run; binlog mode only).
+    SweepDrain,
     Bigtx,
     /// Retiring expired rows, DELETE against partition DROP (not in the default run:
     /// it fills two tables of `--retention-rows`).
@@ -58,6 +64,9 @@ pub struct Options {
     /// `latency`: how long the load is offered, seconds.
     #[arg(long, default_value_t = 20)]
     pub seconds: u64,
+    /// `held`: distinct keys held behind a FAILED row each while the load runs.
+    #[arg(long, default_value_t = 100_000)]
+    pub held_keys: usize,
     /// `bigtx`: rows in the one big transaction.
     #[arg(long, default_value_t = 100_000)]
     pub bigtx_rows: usize,

@@ -155,7 +155,7 @@ impl Measurement {
 /// Sets `vs_raw` of the throughput cases from the `raw` result, if one ran.
 pub fn add_ratios(results: &mut [Measurement]) {
     let Some(raw) = results.iter().find(|m| m.case == "raw").map(|m| m.events_per_s) else { return };
-    for m in results.iter_mut().filter(|m| !["latency", "retention"].contains(&m.case) && raw > 0.0) {
+    for m in results.iter_mut().filter(|m| !["latency", "held", "retention"].contains(&m.case) && raw > 0.0) {
         m.vs_raw = Some(m.events_per_s / raw);
     }
 }

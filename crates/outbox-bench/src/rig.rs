@@ -149,6 +149,21 @@ impl Rig {
         Ok(())
     }
 
+    /// `keys` rows of `workload`'s topic, each of a key of its own (none of the
+    /// workload's keys), FAILED: with the hold policy each holds its key.
+    pub async fn fail_keys(&self, table: &OutboxTable, workload: &Workload, keys: usize) -> anyhow::Result<()> {
+        if keys == 0 {
+            return Ok(());
+        }
+        let sql = format!(
+            "INSERT INTO {} (event_id, biz_key, topic, payload, status, last_error) \
+             SELECT CONCAT(?, '-held-', seq), CONCAT('held-', seq), ?, '{{}}', 3, 'bench: held' FROM seq_1_to_{keys}",
+            table.qualified()
+        );
+        self.root.get_conn().await?.exec_drop(sql, (&workload.prefix, &workload.topic)).await?;
+        Ok(())
+    }
+
     /// One single-row autocommit INSERT; returns when it is committed.
     pub async fn insert_one(
         conn: &mut mysql_async::Conn,

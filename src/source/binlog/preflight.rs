@@ -4,7 +4,8 @@
 //! [`settings::verdicts`](super::settings::verdicts), the same verdicts
 //! `outbox-relay check` prints: every setting that makes the relay refuse (binlog
 //! off, STATEMENT/MIXED format, MINIMAL row image, MariaDB binlog compression, a
-//! replica that does not log what it replicates, a clashing server_id, binlogs purged
+//! replica that does not log what it replicates, a MySQL replica whose parallel
+//! appliers commit out of the primary's order, a clashing server_id, binlogs purged
 //! sooner than `source.max_downtime_secs`) is named in one error with its fix, and
 //! every setting that only weakens what the relay can promise (`sync_binlog` other
 //! than 1, ...) is logged as a warning with its fix. Then the replication privilege

@@ -7,11 +7,11 @@
 //! applications' sessions write the binlog. A variable the server does not have is
 //! simply absent, which is how versions and flavors differ here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::config::SourceConfig;
-use crate::findings::{Finding, Group};
+use crate::findings::{Finding, Group, Level};
 use crate::server::{Flavor, ServerInfo};
 
 /// The global variables the verdicts read.
@@ -30,6 +30,13 @@ pub(crate) const VARIABLES: &[&str] = &[
     "binlog_transaction_compression",
     "log_slave_updates",
     "log_replica_updates",
+    "replica_parallel_workers",
+    "slave_parallel_workers",
+    "replica_preserve_commit_order",
+    "slave_preserve_commit_order",
+    "slave_parallel_threads",
+    "slave_parallel_mode",
+    "gtid_slave_pos",
     "read_only",
     "super_read_only",
     "gtid_mode",
@@ -113,6 +120,7 @@ pub fn verdicts(facts: &SourceFacts, expected: &Expected) -> Vec<Finding> {
         row_metadata(facts),
         compression(facts),
         replica_logs_updates(facts),
+        commit_order(facts),
         sync_binlog(facts),
         server_id(facts, expected),
         gtid(facts),
@@ -205,6 +213,114 @@ fn replica_logs_updates(facts: &SourceFacts) -> Finding {
         None => "OFF (not read-only; whether it has a replication channel is not visible to this user)",
     };
     Finding::ok(Group::Source, "log_slave_updates", why)
+}
+
+/// The relay takes its source's binlog order for the primary's commit order: one
+/// key's events leave in that order, and the sweep waits for the binlog path to pass
+/// a commit before it claims what committed earlier. A replica writes its binlog in
+/// the order it commits, which its parallel applier may change.
+fn commit_order(facts: &SourceFacts) -> Finding {
+    let finding = match facts.flavor {
+        Flavor::MySql => mysql_commit_order(facts),
+        Flavor::MariaDb => mariadb_commit_order(facts),
+    };
+    only_on_a_replica(facts, finding)
+}
+
+/// MySQL applies with `replica_parallel_workers` threads (`slave_` before 8.0.26;
+/// default 4 since 8.0.27, 0 before). One worker applies in the relay log's order, as
+/// 0 did (MySQL deprecates 0 for 1 since 8.0.30); more commit in an order of their own
+/// unless `replica_preserve_commit_order` is ON (the default since 8.0.27). A value
+/// that is not a number counts as several workers: never read as safe. See
+/// <https://dev.mysql.com/doc/refman/8.0/en/replication-features-transaction-inconsistencies.html>.
+fn mysql_commit_order(facts: &SourceFacts) -> Finding {
+    let (workers, preserve) = match facts.get("replica_parallel_workers") {
+        Some(_) => ("replica_parallel_workers", "replica_preserve_commit_order"),
+        None => ("slave_parallel_workers", "slave_preserve_commit_order"),
+    };
+    let count = facts.value(workers).trim();
+    if let Ok(n @ 0..=1) = number_or_absent::<u64>(workers, count) {
+        return Finding::ok(Group::Source, "commit order", format!("{workers} = {n}: one applier, in order"));
+    }
+    if facts.is_on(preserve) {
+        return Finding::ok(Group::Source, "commit order", format!("{preserve} = ON ({workers} = {count})"));
+    }
+    Finding::fail(
+        Group::Source,
+        "commit order",
+        format!("{workers} = {count} with {preserve} = OFF"),
+        format!("on the replica run STOP REPLICA SQL_THREAD; SET PERSIST {preserve} = ON; START REPLICA SQL_THREAD (it needs replica_parallel_type = LOGICAL_CLOCK, the default since 8.0.27), or set {workers} = 1: otherwise its appliers commit, and write its binlog, out of the primary's order, and one key's events can reach the broker out of order"),
+    )
+}
+
+/// MariaDB's parallel replication commits in the primary's order within a
+/// replication domain, in every `slave_parallel_mode`; transactions of different
+/// domains (`gtid_domain_id`, set per session on the primary, or one per primary of a
+/// multi-source replica) may commit in either order, unless the mode is `minimal` or
+/// `none` or no worker runs (`slave_parallel_threads`, alias `slave_parallel_workers`
+/// since 10.5, is 0). Which domain writes the outbox is the primary's sessions'
+/// choice, not a setting: what can be read is whether the replica has applied more
+/// than one domain (`gtid_slave_pos` holds one GTID per domain). That is a warning,
+/// not a FAIL: several domains declare their transactions independent (MariaDB's own
+/// contract), their usual uses (an ALTER in a domain of its own, other primaries'
+/// streams) leave the outbox in one domain, and a domain once used stays listed.
+/// See <https://mariadb.com/kb/en/parallel-replication/>.
+fn mariadb_commit_order(facts: &SourceFacts) -> Finding {
+    let threads =
+        if facts.get("slave_parallel_threads").is_some() { "slave_parallel_threads" } else { "slave_parallel_workers" };
+    let count = facts.value(threads).trim();
+    if let Ok(0) = number_or_absent::<u64>(threads, count) {
+        return Finding::ok(Group::Source, "commit order", format!("{threads} = 0: the SQL thread applies in order"));
+    }
+    let mode = facts.value("slave_parallel_mode");
+    if ["minimal", "none"].iter().any(|m| mode.eq_ignore_ascii_case(m)) {
+        return Finding::ok(Group::Source, "commit order", format!("slave_parallel_mode = {mode}: in order"));
+    }
+    let applied = format!("{threads} = {count}, slave_parallel_mode = {mode}");
+    let domains = gtid_domains(facts.value("gtid_slave_pos"));
+    if domains.len() <= 1 {
+        return Finding::ok(
+            Group::Source,
+            "commit order",
+            format!(
+                "{applied}: in the primary's order within a replication domain, and gtid_slave_pos lists at most one"
+            ),
+        );
+    }
+    Finding::warn(
+        Group::Source,
+        "commit order",
+        format!("{applied}, gtid_slave_pos has domains {}", domains.join(", ")),
+        "make the primary write the outbox in one replication domain (no SET SESSION gtid_domain_id in transactions that insert outbox rows), or set slave_parallel_mode = minimal on the replica (between STOP ALL SLAVES and START ALL SLAVES, and in its configuration): otherwise the replica may commit two domains' transactions in another order than the primary, and one key's events written in both can reach the broker out of order",
+    )
+}
+
+/// The replication domains of a MariaDB GTID position (`domain-server-sequence`, comma-separated).
+fn gtid_domains(position: &str) -> Vec<&str> {
+    let domains: BTreeSet<&str> =
+        position.split(',').filter_map(|gtid| gtid.trim().split('-').next()).filter(|d| !d.is_empty()).collect();
+    domains.into_iter().collect()
+}
+
+/// An applier's settings matter only on a replica: a primary's binlog is its commit
+/// order. A server that is surely none passes; when the user may not see whether it
+/// replicates, a FAIL becomes a warning.
+fn only_on_a_replica(facts: &SourceFacts, finding: Finding) -> Finding {
+    if finding.level == Level::Ok || facts.is_replica() {
+        return finding;
+    }
+    match facts.replicates {
+        Some(_) => Finding::ok(
+            Group::Source,
+            finding.name,
+            format!("{} (not a replica: writable, no replication channel)", finding.found),
+        ),
+        None => Finding {
+            level: Level::Warn,
+            found: format!("{} (whether it is a replica is not visible to this user)", finding.found),
+            ..finding
+        },
+    }
 }
 
 /// `sync_binlog = 1`: the binlog is on disk before a commit returns. Any other value
@@ -344,6 +460,9 @@ mod tests {
             ("sync_binlog", "1"),
             ("log_bin_compress", "OFF"),
             ("log_slave_updates", "ON"),
+            ("slave_parallel_threads", "4"),
+            ("slave_parallel_mode", "optimistic"),
+            ("gtid_slave_pos", "0-1-42"),
             ("read_only", "ON"),
             ("gtid_binlog_pos", "0-1-42"),
             ("gtid_strict_mode", "OFF"),
@@ -429,6 +548,119 @@ mod tests {
         assert_eq!(failed(&facts), ["log_bin_compress"]);
         assert_eq!(level_of(&facts, "binlog_row_metadata"), Level::Warn);
         assert_eq!(level_of(&facts, "sync_binlog"), Level::Warn);
+    }
+
+    /// A MySQL 8.0 replica with its defaults: 4 workers that preserve commit order.
+    fn mysql_replica(changes: &[(&'static str, &'static str)], replicates: Option<bool>) -> SourceFacts {
+        let mut variables: BTreeMap<&str, &str> = [
+            ("version", "8.0.36"),
+            ("log_bin", "ON"),
+            ("binlog_format", "ROW"),
+            ("binlog_row_image", "FULL"),
+            ("log_replica_updates", "ON"),
+            ("super_read_only", "ON"),
+            ("replica_parallel_workers", "4"),
+            ("slave_parallel_workers", "4"),
+            ("replica_preserve_commit_order", "ON"),
+            ("slave_preserve_commit_order", "ON"),
+        ]
+        .into_iter()
+        .collect();
+        variables.extend(changes.iter().copied());
+        SourceFacts::new(variables.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())), replicates)
+    }
+
+    fn commit_order_of(facts: &SourceFacts) -> Finding {
+        let all = verdicts(facts, &EXPECTED);
+        all.iter().find(|f| f.name == "commit order").cloned().unwrap_or_else(|| panic!("no commit order in {all:?}"))
+    }
+
+    #[test]
+    fn a_mysql_replica_with_parallel_workers_that_do_not_preserve_commit_order_fails() {
+        let off =
+            mysql_replica(&[("replica_preserve_commit_order", "OFF"), ("slave_preserve_commit_order", "OFF")], None);
+        assert_eq!(failed(&off), ["commit order"]);
+        let text = commit_order_of(&off).to_string();
+        for part in ["replica_parallel_workers = 4", "replica_preserve_commit_order = OFF", "STOP REPLICA SQL_THREAD"] {
+            assert!(text.contains(part), "{part} in {text}");
+        }
+        assert!(text.contains("SET PERSIST replica_preserve_commit_order = ON"), "{text}");
+        let old_names = SourceFacts::new(
+            [("version", "5.7.44-log"), ("read_only", "ON"), ("slave_parallel_workers", "8")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned())),
+            Some(true),
+        );
+        let text = commit_order_of(&old_names).to_string();
+        assert!(text.contains("slave_parallel_workers = 8 with slave_preserve_commit_order = OFF"), "{text}");
+        let unreadable =
+            mysql_replica(&[("replica_parallel_workers", "many"), ("replica_preserve_commit_order", "OFF")], None);
+        assert_eq!(failed(&unreadable), ["commit order"], "not a number is never read as one worker");
+    }
+
+    #[test]
+    fn a_mysql_replica_passes_with_commit_order_preserved_or_a_single_applier() {
+        assert_eq!(commit_order_of(&mysql_replica(&[], None)).level, Level::Ok, "the 8.0.27+ defaults");
+        for workers in ["0", "1"] {
+            let single =
+                mysql_replica(&[("replica_parallel_workers", workers), ("replica_preserve_commit_order", "OFF")], None);
+            let finding = commit_order_of(&single);
+            assert_eq!(finding.level, Level::Ok, "{finding}");
+            assert!(finding.found.contains("one applier"), "{finding}");
+        }
+    }
+
+    #[test]
+    fn a_mysql_primary_passes_whatever_its_applier_settings_and_an_unknown_role_only_warns() {
+        let off = [("super_read_only", "OFF"), ("replica_preserve_commit_order", "OFF")];
+        assert_eq!(commit_order_of(&mysql_replica(&off, Some(false))).level, Level::Ok, "writable, no channel");
+        let unknown = commit_order_of(&mysql_replica(&off, None));
+        assert_eq!(unknown.level, Level::Warn, "{unknown}");
+        assert!(unknown.found.contains("not visible"), "{unknown}");
+    }
+
+    #[test]
+    fn a_mariadb_replica_commits_in_order_within_a_domain_and_warns_on_several() {
+        let one_domain = commit_order_of(&with(&[]));
+        assert_eq!(one_domain.level, Level::Ok, "optimistic, 4 threads, one domain: {one_domain}");
+        let two = [("gtid_slave_pos", "0-1-42,1-1-7")];
+        let warned = commit_order_of(&with(&two));
+        assert_eq!(warned.level, Level::Warn, "{warned}");
+        let text = warned.to_string();
+        for part in ["slave_parallel_threads = 4", "slave_parallel_mode = optimistic", "domains 0, 1", "gtid_domain_id"]
+        {
+            assert!(text.contains(part), "{part} in {text}");
+        }
+        assert!(text.contains("set slave_parallel_mode = minimal"), "{text}");
+        assert!(failed(&with(&two)).is_empty(), "never a FAIL: the outbox may well be written in one domain");
+        for mode in ["conservative", "aggressive"] {
+            assert_eq!(commit_order_of(&with(&[two[0], ("slave_parallel_mode", mode)])).level, Level::Warn, "{mode}");
+        }
+    }
+
+    #[test]
+    fn a_mariadb_replica_without_out_of_order_apply_passes_with_several_domains() {
+        let two = ("gtid_slave_pos", "0-1-42,1-1-7");
+        for in_order in
+            [("slave_parallel_mode", "minimal"), ("slave_parallel_mode", "none"), ("slave_parallel_threads", "0")]
+        {
+            let finding = commit_order_of(&with(&[two, in_order]));
+            assert_eq!(finding.level, Level::Ok, "{in_order:?}: {finding}");
+        }
+        let alias = SourceFacts::new(
+            good()
+                .into_iter()
+                .filter(|(k, _)| *k != "slave_parallel_threads")
+                .chain([("slave_parallel_workers", "8"), two])
+                .map(|(k, v)| (k.to_owned(), v.to_owned())),
+            Some(true),
+        );
+        assert_eq!(commit_order_of(&alias).level, Level::Warn, "slave_parallel_workers is the 10.5+ alias");
+    }
+
+    #[test]
+    fn gtid_domains_are_read_once_each_from_a_position() {
+        assert_eq!(gtid_domains("0-1-42, 1-2-7,0-3-9"), ["0", "1"]);
+        assert!(gtid_domains("").is_empty());
     }
 
     #[test]

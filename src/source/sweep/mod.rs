@@ -172,6 +172,9 @@ pub struct Sweeper {
     fence: Option<Fence>,
     /// Whether the last look at the held keys found some with rows free to go.
     draining: bool,
+    /// Whether the last fence was full: a backlog the binlog path has passed, which
+    /// the next periodic sweep claims within a second, not a period later.
+    backlog: bool,
     write_backs: WriteBacks,
     unwritten: Unwritten,
 }
@@ -222,6 +225,7 @@ impl Sweeper {
             held,
             fence: None,
             draining: false,
+            backlog: false,
             write_backs,
             unwritten,
         }
@@ -261,10 +265,11 @@ impl Sweeper {
         }
     }
 
-    /// The time to the next periodic sweep: shorter while the binlog path is down.
+    /// The time to the next periodic sweep: shorter while the binlog path is down, or
+    /// while a backlog of rows it has passed waits (the fallback drains like one).
     fn period(&self) -> Duration {
         match &self.settings.binlog {
-            Some(guard) if guard.watermark.is_down() => self.settings.interval.min(TAKEOVER_PERIOD),
+            Some(guard) if guard.watermark.is_down() || self.backlog => self.settings.interval.min(TAKEOVER_PERIOD),
             _ => self.settings.interval,
         }
     }
@@ -345,6 +350,7 @@ impl Sweeper {
     async fn note_fence(&mut self, behind: Option<&Cutoff>) -> Result<(), mysql_async::Error> {
         let Some(behind) = behind else { return Ok(()) };
         let (at, ids) = self.claims.visible(FENCE_ROWS, behind).await?;
+        self.backlog = ids.len() == FENCE_ROWS;
         self.fence = (!ids.is_empty()).then_some(Fence { at, ids });
         Ok(())
     }
@@ -514,7 +520,10 @@ impl Sweeper {
                 .map(|now| now.saturating_sub(local_micros(request.position_read.elapsed()))),
         };
         let Some(read) = read else { return Ok((now, AheadOfBinlog::Nothing)) };
-        let lag = Duration::try_from_secs_f64(self.metrics.source_replica_lag_seconds.get()).unwrap_or_default();
+        // A lag not read yet is not taken as none: as the takeover delay, the longest
+        // the sweep otherwise lets the binlog path trail.
+        let lag =
+            Duration::try_from_secs_f64(self.metrics.source_replica_lag_seconds.get()).unwrap_or(guard.takeover_after);
         Ok((now, AheadOfBinlog::CreatedFrom(read.saturating_sub(local_micros(guard.grace.saturating_add(lag))))))
     }
 

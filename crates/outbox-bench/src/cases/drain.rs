@@ -25,12 +25,37 @@ pub async fn run_modes(rig: &Rig) -> anyhow::Result<Vec<Measurement>> {
     Ok(results)
 }
 
+/// `--events` rows committed before a relay's first start: its full sweep sends them
+/// (the fallback's rate), measured as `drain` is.
+pub async fn first_start(rig: &Rig) -> anyhow::Result<Measurement> {
+    backlog_from(rig, Mode::Binlog, "sweep-drain", rig.options.events, Path::FirstStart).await
+}
+
 /// Commits `rows` rows with the relay stopped, then measures the drain.
 pub async fn backlog(rig: &Rig, mode: Mode, case: &'static str, rows: usize) -> anyhow::Result<Measurement> {
+    backlog_from(rig, mode, case, rows, Path::Binlog).await
+}
+
+/// Which path a binlog-mode relay drains a backlog by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// It has a checkpoint from before the rows: the binlog path reads every one.
+    Binlog,
+    /// It starts without one: its first start's full sweep claims them.
+    FirstStart,
+}
+
+async fn backlog_from(
+    rig: &Rig,
+    mode: Mode,
+    case: &'static str,
+    rows: usize,
+    path: Path,
+) -> anyhow::Result<Measurement> {
     let table = rig.table().await?;
     let workload = rig.workload(case).await?;
     let checkpoint = rig.checkpoint_dir();
-    if mode == Mode::Binlog {
+    if mode == Mode::Binlog && path == Path::Binlog {
         // A checkpoint from before the rows, so the binlog path reads every one of them.
         let mut relay = rig.relay(mode, &table, &checkpoint)?;
         relay.wait_ready().await?;

@@ -23,17 +23,21 @@ use crate::rig::{until, Rig};
 /// Concurrent writer connections, so commits overlap as in an application.
 const WRITERS: usize = 8;
 
-pub async fn run_modes(rig: &Rig) -> anyhow::Result<Vec<Measurement>> {
+/// The case in every mode; with `held` keys held behind a FAILED row each (the
+/// `held` case), none of them a key of the load.
+pub async fn run_modes(rig: &Rig, held: usize) -> anyhow::Result<Vec<Measurement>> {
     let mut results = Vec::new();
     for &mode in &rig.options.modes {
-        results.push(run(rig, mode).await?);
+        results.push(run(rig, mode, held).await?);
     }
     Ok(results)
 }
 
-async fn run(rig: &Rig, mode: Mode) -> anyhow::Result<Measurement> {
+async fn run(rig: &Rig, mode: Mode, held: usize) -> anyhow::Result<Measurement> {
+    let case = if held > 0 { "held" } else { "latency" };
     let table = rig.table().await?;
-    let workload = rig.workload("latency").await?;
+    let workload = rig.workload(case).await?;
+    rig.fail_keys(&table, &workload, held).await?;
     let mut relay = rig.relay(mode, &table, &rig.checkpoint_dir())?;
     relay.wait_ready().await?;
     let total = (rig.options.rate * rig.options.seconds) as usize;
@@ -61,14 +65,18 @@ async fn run(rig: &Rig, mode: Mode) -> anyhow::Result<Measurement> {
     for writer in writers {
         started.extend(writer.await.context("writer task")??);
     }
-    until("every row SENT", Duration::from_secs(600), || async { Ok(rig.unsent(&table).await? == 0) }).await?;
+    until("every row SENT", Duration::from_secs(600), || async { Ok(rig.unsent(&table).await? == held as u64) })
+        .await?;
     let cpu_after = processes.read()?;
     let relay_commits = rig.binlog_commits().await?.saturating_sub(commits_before + total as u64);
     let sent: Vec<(String, String)> = rig
         .root
         .get_conn()
         .await?
-        .query(format!("SELECT event_id, CAST(UNIX_TIMESTAMP(sent_at) AS CHAR) FROM {}", table.qualified()))
+        .query(format!(
+            "SELECT event_id, CAST(UNIX_TIMESTAMP(sent_at) AS CHAR) FROM {} WHERE status = 2",
+            table.qualified()
+        ))
         .await?;
     let since = |from: fn(&Started) -> f64| -> Vec<f64> {
         sent.iter()
@@ -81,7 +89,7 @@ async fn run(rig: &Rig, mode: Mode) -> anyhow::Result<Measurement> {
     let latencies = since(|s| s.committed);
     let (first, last) =
         started.values().fold((f64::MAX, f64::MIN), |(lo, hi), s| (lo.min(s.committed), hi.max(s.committed)));
-    let mut measurement = Measurement::throughput("latency", mode.name(), latencies.len(), last - first);
+    let mut measurement = Measurement::throughput(case, mode.name(), latencies.len(), last - first);
     measurement.offered_per_s = Some(rig.options.rate as f64);
     measurement.latency = Percentiles::of(latencies);
     measurement.from_insert_p50_ms = Percentiles::of(since(|s| s.inserted)).map(|p| p.p50_ms);
