@@ -221,6 +221,12 @@ async fn handover_under_load_gives_the_lease_to_the_standby_within_5s_one_publis
     scenario.finish(standby).await;
 }
 
+/// Now, in Unix milliseconds (the broker's store times are on this host's clock).
+fn unix_millis() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("a clock after 1970");
+    i64::try_from(now.as_millis()).expect("milliseconds fit")
+}
+
 /// The replica's GTID position now (where the relays read).
 async fn replica_gtid(stack: &Stack) -> String {
     let mut conn = stack.replica_pool().await.get_conn().await.expect("replica conn");
@@ -247,6 +253,7 @@ async fn a_forced_position_set_under_load_gives_one_publisher_at_a_time_and_lose
     let elsewhere =
         [("OUTBOX_RELAY__CHECKPOINT__PATH", std::env::temp_dir().join(unique("none")).display().to_string())];
     let set = ["position", "set", "--gtid", &before_load, "--force", "--operator", "erin", "--reason", "INC-11"];
+    let set_at = unix_millis();
     let done = common::command::cli_with(stack, outbox, &elsewhere, &set);
     assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
     eventually("a later term leads", Duration::from_secs(60), || async {
@@ -262,6 +269,11 @@ async fn a_forced_position_set_under_load_gives_one_publisher_at_a_time_and_lose
     scenario.assert_per_key_order(&deliveries).await;
     let terms = terms_one_after_another(&deliveries);
     assert!(terms.len() >= 2 && terms[0] == term, "the first term, then a later one published: {terms:?}");
+    // The lease was not shortened: the next leader watched the changed row a whole lease.
+    let next_began =
+        deliveries.iter().filter(|d| d.relay_term.is_some_and(|t| t > term)).map(|d| d.store_timestamp).min();
+    let waited = next_began.expect("a later term published") - set_at;
+    assert!(waited >= LEASE.as_millis() as i64, "the next term published {waited} ms after the forced set");
     assert_eq!(first.stop(), Some(0));
     scenario.finish(second).await;
 }

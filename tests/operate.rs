@@ -401,21 +401,13 @@ async fn book_retry(outbox: &TestOutbox, id: u64, after: Duration) {
 /// Releases the key: skips or fixes and requeues the FAILED event, or waits for the
 /// booked retry to come due and be delivered. When the release happened.
 async fn release(stack: &Stack, outbox: &TestOutbox, head: u64, blocker: Blocker) -> tokio::time::Instant {
-    let by = ["--operator", "carol", "--reason", "INC-7"];
-    match blocker {
-        Blocker::FailedThenSkipped => {
-            cli(stack, outbox, &[&["skip", "--id", &head.to_string()][..], &by].concat());
-        }
-        Blocker::FailedThenRequeued => {
-            outbox.exec(&format!("UPDATE {} SET payload = '{{}}' WHERE id = {head}", outbox.table.qualified())).await;
-            cli(stack, outbox, &[&["requeue", "--id", &head.to_string()][..], &by].concat());
-        }
-        Blocker::BookedRetry => {
-            eventually("the booked retry delivered", BOOKED_RETRY * 3, || async {
-                (outbox.status_of(head).await == RowStatus::Sent.code()).then_some(())
-            })
-            .await;
-        }
+    if blocker == Blocker::BookedRetry {
+        eventually("the booked retry delivered", BOOKED_RETRY * 3, || async {
+            (outbox.status_of(head).await == RowStatus::Sent.code()).then_some(())
+        })
+        .await;
+    } else {
+        release_now(stack, outbox, head, blocker).await;
     }
     tokio::time::Instant::now()
 }

@@ -45,10 +45,8 @@ pub enum Verdict {
 impl HeldKeys {
     /// Holds `key` behind row `id` (or a later one it already waits for).
     pub fn hold(&self, key: HeldKey, id: u64) {
-        let mut keys = self.lock();
-        let waiting = keys.entry(key).or_insert(Waiting { up_to: id, seen: 0 });
-        waiting.up_to = waiting.up_to.max(id);
-        waiting.seen += 1;
+        let (topic, biz_key) = key;
+        self.hold_all([KeyUpTo { topic, biz_key, up_to: id }]);
     }
 
     /// Whether event `id` of `topic`/`biz_key` may be sent now. A swept row at or
@@ -70,11 +68,6 @@ impl HeldKeys {
         }
     }
 
-    /// Every held key and what it waits for, to check against the table.
-    pub fn snapshot(&self) -> Vec<(HeldKey, Waiting)> {
-        self.lock().iter().map(|(key, waiting)| (key.clone(), *waiting)).collect()
-    }
-
     /// Releases `key` if nothing changed for it since `waiting` was read.
     pub fn release(&self, key: &HeldKey, waiting: Waiting) {
         let mut keys = self.lock();
@@ -83,11 +76,25 @@ impl HeldKeys {
         }
     }
 
-    /// Holds every key of `keys` behind its row (see [`HeldKeys::hold`]).
+    /// Holds every key of `keys` behind its row (see [`HeldKeys::hold`]), under one
+    /// lock: the lanes wait for it once, not once per key.
     pub fn hold_all(&self, keys: impl IntoIterator<Item = KeyUpTo>) {
+        let mut held = self.lock();
         for KeyUpTo { topic, biz_key, up_to } in keys {
-            self.hold((topic, biz_key), up_to);
+            let waiting = held.entry((topic, biz_key)).or_insert(Waiting { up_to, seen: 0 });
+            waiting.up_to = waiting.up_to.max(up_to);
+            waiting.seen += 1;
         }
+    }
+
+    /// The held keys not among `kept`, and what each waits for: the ones to check
+    /// against the table (a copy of those few, not of every held key).
+    pub fn others_than(&self, kept: &std::collections::HashSet<HeldKey>) -> Vec<(HeldKey, Waiting)> {
+        self.lock()
+            .iter()
+            .filter(|(key, _)| !kept.contains(*key))
+            .map(|(key, waiting)| (key.clone(), *waiting))
+            .collect()
     }
 
     /// How many keys are held.
@@ -124,14 +131,23 @@ mod tests {
     }
 
     #[test]
+    fn the_keys_to_check_are_those_the_table_does_not_hold() {
+        let held = HeldKeys::default();
+        held.hold_all(["a", "b", "c"].map(|k| KeyUpTo { topic: "t".into(), biz_key: k.into(), up_to: 1 }));
+        let kept = [key("a"), key("c")].into_iter().collect();
+        let others: Vec<HeldKey> = held.others_than(&kept).into_iter().map(|(key, _)| key).collect();
+        assert_eq!(others, [key("b")]);
+    }
+
+    #[test]
     fn a_release_is_skipped_when_something_was_left_behind_meanwhile() {
         let held = HeldKeys::default();
         held.hold(key("a"), 10);
-        let seen = held.snapshot();
+        let seen = held.others_than(&Default::default());
         assert_eq!(held.verdict("t", "a", 11, false), Verdict::LeaveBehind);
         held.release(&seen[0].0, seen[0].1);
         assert_eq!(held.len(), 1, "row 11 was left behind after the table was read");
-        let seen = held.snapshot();
+        let seen = held.others_than(&Default::default());
         assert_eq!(seen[0].1.up_to, 11);
         held.release(&seen[0].0, seen[0].1);
         assert_eq!(held.len(), 0);

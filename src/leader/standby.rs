@@ -75,7 +75,7 @@ pub(crate) async fn wait_for_lease(standby: Standby<'_>, shutdown: &Cancellation
         attempt = attempt.wrapping_add(1);
         health.beat();
         let asked = Instant::now();
-        match try_take(lease, holder, timing.lease, &mut watch, asked).await {
+        match try_take(lease, holder, timing.lease, &mut watch).await {
             Ok(Some(term)) => {
                 health.clear(&Part::Lease);
                 return Some(Term::new(term, timing.holds_for(), asked));
@@ -103,15 +103,16 @@ pub(crate) async fn wait_for_lease(standby: Standby<'_>, shutdown: &Cancellation
 }
 
 /// Reads the lease row and takes it if it may (see [`Watch::may_take`]); the new term.
+/// The record counts as seen when its read has returned, never earlier: a slow read
+/// may return a renewal written after it was asked for.
 async fn try_take(
     lease: &LeaseStore,
     holder: &str,
     duration: Duration,
     watch: &mut Watch,
-    asked: Instant,
 ) -> Result<Option<u64>, mysql_async::Error> {
     let record = lease.observe().await?;
-    if !watch.may_take(&record, asked, duration) {
+    if !watch.may_take(&record, Instant::now(), duration) {
         return Ok(None);
     }
     lease.take(holder, duration, &record).await

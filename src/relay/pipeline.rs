@@ -267,6 +267,9 @@ async fn bound_what_the_start_covers(claims: &ClaimStore, start: &mut BinlogStar
 /// a resume, a new term or a standby taking over holds exactly the same keys, and the
 /// sweep sends what they wait for in order before any newer event of theirs.
 async fn held_at_start(claims: &ClaimStore, left_behind: AckedThrough) -> Result<HeldKeys, mysql_async::Error> {
+    // Claims of an earlier pipeline of this term (a pause whose release failed) would
+    // pass as this one's: PENDING again first, so they are claimed in order.
+    claims.release_own().await?;
     let held = HeldKeys::default();
     held.hold_all(claims.held_keys(Some(left_behind)).await?);
     if !held.is_empty() {

@@ -455,8 +455,7 @@ impl Sweeper {
         let table = self.claims.held_keys(None).await?;
         let kept: HashSet<HeldKey> = table.iter().map(|k| (k.topic.clone(), k.biz_key.clone())).collect();
         self.held.hold_all(table);
-        let free: Vec<(HeldKey, Waiting)> =
-            self.held.snapshot().into_iter().filter(|(key, _)| !kept.contains(key)).collect();
+        let free = self.held.others_than(&kept);
         let mut draining = Vec::new();
         for chunk in free.chunks(RELEASE_KEYS) {
             let keys: Vec<KeyUpTo> = chunk.iter().map(|(key, waiting)| key_up_to(key, waiting)).collect();
