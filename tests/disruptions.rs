@@ -680,13 +680,16 @@ async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
     assert_eq!(relay.metric("relay_runtime_worker_threads"), 1.0);
     let before = ProcessStats::of_pid(relay.pid()).expect("the relay's /proc");
     let idle_cpu = relay.metric("process_cpu_seconds_total");
-    let resident = relay.metric("process_resident_memory_bytes");
+    let [resident, peak] = relay.metrics(["process_resident_memory_bytes", "process_resident_memory_max_bytes"]);
     let after = ProcessStats::of_pid(relay.pid()).expect("the relay's /proc");
     assert!((before.cpu_seconds..=after.cpu_seconds).contains(&idle_cpu), "{idle_cpu} s within {before:?} {after:?}");
-    assert!(resident > 1e6 && resident <= after.peak_resident_bytes as f64, "{resident} bytes, {after:?}");
+    // The kernel sums resident pages from per-CPU counters that are exact only to a
+    // batch per CPU (32 pages or more each), so two reads a moment apart may disagree by
+    // that much even when the peak did not move; a MiB covers it on this machine.
+    let counter_slack = 1_048_576.0;
+    assert!(resident > 1e6 && resident <= after.peak_resident_bytes as f64 + counter_slack, "{resident} bytes, {after:?}");
     assert!(relay.metric("process_threads") >= 2.0, "worker, blocking and client threads");
-    let peak = relay.metric("process_resident_memory_max_bytes");
-    assert!(peak >= resident, "the peak {peak} is at least the resident memory {resident}");
+    assert!(peak >= resident, "the peak {peak} is at least the resident memory {resident}, read together");
     let (open_fds, max_fds) = (relay.metric("process_open_fds"), relay.metric("process_max_fds"));
     assert!(open_fds > 3.0 && open_fds < max_fds, "{open_fds} descriptors open of {max_fds}");
     let started = relay.metric("process_start_time_seconds");

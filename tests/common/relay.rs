@@ -102,6 +102,11 @@ impl RelayProcess {
         self.0.metric(name).unwrap_or_else(|e| panic!("{e:#}"))
     }
 
+    /// The values of `names`, all from one scrape of /metrics.
+    pub fn metrics<const N: usize>(&self, names: [&str; N]) -> [f64; N] {
+        self.0.metrics(names).unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
     /// Like [`Self::metric`], `None` while the relay does not answer (yet).
     pub fn try_metric(&self, name: &str) -> Option<f64> {
         self.0.metric(name).ok()

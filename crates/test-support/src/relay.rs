@@ -99,11 +99,26 @@ impl RelayProcess {
 
     /// The value of counter or gauge `name` on `/metrics`.
     pub fn metric(&self, name: &str) -> anyhow::Result<f64> {
+        let [value] = self.metrics([name])?;
+        Ok(value)
+    }
+
+    /// The values of counters or gauges `names`, all from one scrape of `/metrics`, so
+    /// figures the relay reads together (such as resident memory and its peak) are
+    /// compared as it read them.
+    pub fn metrics<const N: usize>(&self, names: [&str; N]) -> anyhow::Result<[f64; N]> {
         let body = self.get("/metrics")?;
-        body.lines()
-            .find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-            .and_then(|value| value.trim().parse().ok())
-            .with_context(|| format!("metric {name} not on /metrics:\n{body}"))
+        let value_of = |name: &str| {
+            body.lines()
+                .find_map(|line| line.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+                .and_then(|value| value.trim().parse().ok())
+                .with_context(|| format!("metric {name} not on /metrics:\n{body}"))
+        };
+        let mut values = [0.0; N];
+        for (value, name) in values.iter_mut().zip(names) {
+            *value = value_of(name)?;
+        }
+        Ok(values)
     }
 
     /// The sum of every series of the metric family `name` (all label values).
