@@ -357,6 +357,71 @@ async fn one_broker_down_holds_only_its_queues_even_across_a_relay_restart() {
     scenario.finish(relay).await;
 }
 
+/// broker-b down for 30 s under load, and the relay killed (SIGKILL) and restarted
+/// in the middle of it, with its own checkpoint: the checkpoint could not pass
+/// broker-b's oldest unsent event, but the restarted relay sends again only what
+/// broker-a's queues had finished in the last checkpoint interval before the kill
+/// (their marks are saved with the checkpoint), not everything since the outage
+/// began; nothing lost, per-key order kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_during_a_broker_outage_sends_again_only_the_last_checkpoint_intervals_events() {
+    let _serial = SERIAL.lock().await;
+    let scenario = Scenario::consumed("outage_restart").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let checkpoint_every = Duration::from_millis(200);
+    let options = scenario
+        .options()
+        .env("OUTBOX_RELAY__ROCKETMQ__SEND_TIMEOUT_MS", 1_000)
+        .env("OUTBOX_RELAY__CHECKPOINT__INTERVAL_MS", checkpoint_every.as_millis());
+    let mut relay = scenario.relay_with(&options).await;
+    let load = Load::started(outbox, events, 50, 100).await;
+
+    let outage = BrokerOutage::killed(BROKER_B).await;
+    let down_since = tokio::time::Instant::now();
+    relay.wait_readiness_with(false, "broker broker-b", Duration::from_secs(20)).await;
+    // broker-a's queues go on for a while: the rows SENT meanwhile are what a restart
+    // would publish again if it replayed from the held checkpoint.
+    let window = Duration::from_secs(5);
+    let sent_before = outbox.count_status(RowStatus::Sent).await;
+    tokio::time::sleep_until(tokio::time::Instant::now() + window).await;
+    let sent_in_window = outbox.count_status(RowStatus::Sent).await - sent_before;
+    tokio::time::sleep_until(down_since + Duration::from_secs(15)).await;
+    let sent_during_outage = outbox.count_status(RowStatus::Sent).await;
+    assert!(
+        sent_in_window >= 100,
+        "broker-a's queues kept sending while broker-b was down: {sent_in_window} in {window:?}"
+    );
+    relay.kill();
+    let mut relay = RelayProcess::start(stack, &options);
+    relay.wait_readiness_with(false, "broker broker-b", Duration::from_secs(60)).await;
+
+    tokio::time::sleep_until(down_since + Duration::from_secs(30)).await;
+    drop(outage);
+    let written = load.finish().await;
+    all_sent(outbox, written, Duration::from_secs(120)).await;
+    assert_eq!(outbox.count_status(RowStatus::Failed).await, 0, "no row FAILED");
+    relay.wait_readiness(true, Duration::from_secs(60)).await;
+    let deliveries = consumed_all(scenario.collector(), events, written, Duration::from_secs(120)).await;
+    scenario.assert_per_key_order(&deliveries).await;
+    // The bound: what broker-a's queues finish in one checkpoint interval, and in the
+    // time a SENT write-back and the batch on the wire at the kill take (300 ms).
+    let per_second = sent_in_window as f64 / window.as_secs_f64();
+    let bound = (per_second * (checkpoint_every.as_secs_f64() + 0.3)).ceil() as usize;
+    let doubled = stored_twice(&deliveries);
+    println!(
+        "{} of {written} events published twice after a restart {} rows into broker-b's outage (bound {bound}, {per_second:.0} rows/s SENT on broker-a)",
+        doubled.len(),
+        sent_during_outage - sent_before
+    );
+    assert!(
+        doubled.len() <= bound,
+        "{} events published twice (bound {bound}), e.g. {:?}",
+        doubled.len(),
+        doubled.first()
+    );
+    scenario.finish(relay).await;
+}
+
 /// One broker of two killed for a minute under load: the relay's log, a file here,
 /// holds a handful of lines about it (the broker down, the broker back; the RocketMQ
 /// client's own repeats thinned), none with a terminal's escape codes; every event
@@ -687,7 +752,10 @@ async fn the_metrics_follow_idle_load_an_outage_a_restart_and_replica_lag() {
     // batch per CPU (32 pages or more each), so two reads a moment apart may disagree by
     // that much even when the peak did not move; a MiB covers it on this machine.
     let counter_slack = 1_048_576.0;
-    assert!(resident > 1e6 && resident <= after.peak_resident_bytes as f64 + counter_slack, "{resident} bytes, {after:?}");
+    assert!(
+        resident > 1e6 && resident <= after.peak_resident_bytes as f64 + counter_slack,
+        "{resident} bytes, {after:?}"
+    );
     assert!(relay.metric("process_threads") >= 2.0, "worker, blocking and client threads");
     assert!(peak >= resident, "the peak {peak} is at least the resident memory {resident}, read together");
     let (open_fds, max_fds) = (relay.metric("process_open_fds"), relay.metric("process_max_fds"));

@@ -21,6 +21,10 @@ pub use mirror::{Mirror, PositionReport};
 pub use store::{CheckpointError, CheckpointStore};
 pub(crate) use writer::{CheckpointWriter, WriterStopped};
 
+/// Per topic, per queue index: the id of the queue's last finished binlog event past
+/// the checkpoint position.
+pub type QueueMarks = BTreeMap<String, BTreeMap<u32, u64>>;
+
 /// Everything the relay persists, in one record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
@@ -48,6 +52,14 @@ pub struct Checkpoint {
     /// binlog transaction after the sweep.
     #[serde(default)]
     pub owed_sweep: Option<OwedSweep>,
+    /// Per topic and queue index, the id of the last binlog event past `position` the
+    /// queue finished (sent, or failed for good), every earlier one of the queue
+    /// finished too: a pipeline that reads the binlog again from `position` skips
+    /// each queue's events through its mark, so a queue that kept sending while
+    /// another held the checkpoint back does not send its events twice. Valid only
+    /// for the binlog of `server_identity`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub queue_marks: QueueMarks,
 }
 
 impl Checkpoint {

@@ -133,6 +133,7 @@ mod tests {
                 reason: "first start".into(),
                 position_read_local_us: Some(1_764_500_000_000_000),
             }),
+            queue_marks: BTreeMap::from([("t-order-event".to_owned(), BTreeMap::from([(3, 81)]))]),
         }
     }
 

@@ -38,9 +38,20 @@ impl<P, H> AckTracker<P, H> {
     /// with `events` unacknowledged events, holding `hold` until it leaves, ending at
     /// `end` (`None`: the transaction has no position of its own).
     pub fn register(&mut self, events: usize, hold: H, end: Option<P>) -> u64 {
-        let seq = self.first_seq + self.pending.len() as u64;
+        let seq = self.next_seq();
         self.pending.push_back(Pending { remaining: events, _hold: hold, end });
         seq
+    }
+
+    /// The sequence number the next registered transaction gets.
+    pub fn next_seq(&self) -> u64 {
+        self.first_seq + self.pending.len() as u64
+    }
+
+    /// The sequence number of the oldest transaction not in the acknowledged prefix
+    /// (the next one to register when every one is).
+    pub fn first_pending(&self) -> u64 {
+        self.first_seq
     }
 
     /// Acknowledges one event of transaction `seq`. Unknown or already complete

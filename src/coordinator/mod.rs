@@ -9,11 +9,12 @@
 //! else decides the checkpoint. Its loop beats the liveness clock on every turn and
 //! reports a checkpoint that stopped moving while batches are in flight.
 //!
-//! Beside it: the ack tracker (`ack`), which knows the acknowledged prefix, the
-//! routing function (`route`), and the check of the configured topics' routes at the
-//! start of a term (`topics`).
+//! Beside it: the ack tracker (`ack`), which knows the acknowledged prefix, each
+//! queue's progress past it (`replay`), the routing function (`route`), and the check
+//! of the configured topics' routes at the start of a term (`topics`).
 
 pub(crate) mod ack;
+pub(crate) mod replay;
 pub mod route;
 pub(crate) mod topics;
 
@@ -29,10 +30,11 @@ use tokio_util::sync::CancellationToken;
 use crate::checkpoint::{Checkpoint, CheckpointWriter};
 use crate::config::{Config, FailedKeyPolicy, HashFunction};
 use crate::error::RelayError;
+use crate::event::OutboxEvent;
 use crate::health::{Health, Part};
 use crate::lanes::{
     run_failing, Attempts, HeldKeys, Lane, LaneEvent, LaneInput, LaneReport, LaneSettings, OutageFlag, Outcome,
-    Recorder,
+    QueueSlot, Recorder,
 };
 use crate::leader::Term;
 use crate::metrics::{RelayMetrics, WriteMiss};
@@ -43,6 +45,7 @@ use crate::store::Sent;
 use crate::supervise::Supervisor;
 use crate::write_back::{Queued, WriteBacks};
 use ack::AckTracker;
+use replay::QueueProgress;
 use route::queue_for;
 
 /// How long the route lookup of a known topic may take when judging whether the
@@ -67,8 +70,8 @@ type Topics = foldhash::HashMap<String, TopicLanes>;
 
 /// Where a topic's events go.
 enum TopicLanes {
-    /// One sender per queue index.
-    Queues(Vec<LaneInput>),
+    /// One sender per queue index, with the queue's progress slot.
+    Queues(Vec<(LaneInput, QueueSlot)>),
     /// The topic is not on the cluster and not configured: its events are FAILED
     /// until `until`, then the route is looked up again.
     Failing { lane: LaneInput, until: Instant },
@@ -90,6 +93,8 @@ struct Progress {
     held: u64,
     /// Binlog events the sweep had already claimed during a takeover: not sent again.
     swept_before: u64,
+    /// Binlog events read again that their queue had finished before: not sent again.
+    finished_before: u64,
 }
 
 /// Where a transaction ends: its binlog position (none for a sweep batch or a part of
@@ -123,6 +128,8 @@ pub struct Durable {
 /// Everything the coordinator owns.
 pub struct Coordinator {
     tracker: AckTracker<TxEnd, InFlight>,
+    /// Each queue's last finished binlog event past the checkpoint (saved with it).
+    queue_progress: QueueProgress,
     /// Queue count per topic in use (saved with the checkpoint in binlog mode).
     pins: BTreeMap<String, u32>,
     /// Queue layout per topic in use (saved with the checkpoint in binlog mode).
@@ -187,8 +194,10 @@ impl Coordinator {
     pub fn new(config: &Config, pins: Pins, links: Links) -> Self {
         let Links { publisher, held, durable, watermark, recorder, write_backs, metrics, health, supervisor, term } =
             links;
+        let saved_marks = durable.as_ref().map(|durable| durable.checkpoint.queue_marks.clone());
         Self {
             tracker: AckTracker::new(0),
+            queue_progress: QueueProgress::new(saved_marks.unwrap_or_default()),
             pins: pins.counts,
             layouts: pins.layouts,
             durable,
@@ -316,53 +325,88 @@ impl Coordinator {
         topics: &mut Topics,
         progress: &mut Progress,
     ) -> Result<bool, RelayError> {
-        let Admitted { mut tx, in_flight } = admitted;
-        if !matches!(tx.origin, Origin::Sweep { .. }) {
-            let before = tx.events.len();
-            tx.events.retain(|event| !self.watermark.swept_already(event.id));
-            progress.swept_before += (before - tx.events.len()) as u64;
+        let Admitted { tx, in_flight } = admitted;
+        if !self.open_topics(&tx.events, topics).await? {
+            return Ok(false); // stopping: these events stay unacknowledged
         }
-        let (end, failures_before) = match tx.origin {
-            Origin::Binlog { end } => (Some(end), Vec::new()),
-            Origin::BinlogPart => (None, Vec::new()),
-            Origin::Sweep { retry_counts } => (None, retry_counts),
+        let (end, failures_before, from_binlog) = match tx.origin {
+            Origin::Binlog { end } => (Some(end), Vec::new(), true),
+            Origin::BinlogPart => (None, Vec::new(), true),
+            Origin::Sweep { retry_counts } => (None, retry_counts, false),
         };
         if self.tracker.in_flight() == 0 {
             // The clock of the stall check starts with the first batch after a pause.
             self.progress_at = Instant::now();
         }
         let highest_id = tx.events.iter().map(|event| event.id).max();
-        let seq = self.tracker.register(tx.events.len(), in_flight, Some(TxEnd { position: end, highest_id }));
+        let seq = self.tracker.next_seq();
         let routed = Instant::now();
+        let mut outgoing = Vec::with_capacity(tx.events.len());
         for (index, event) in tx.events.into_iter().enumerate() {
-            let stale =
-                |lanes: &TopicLanes| matches!(lanes, TopicLanes::Failing { until, .. } if *until <= Instant::now());
-            if topics.get(&event.topic).is_none_or(stale) {
-                let Some(lanes) = self.start_topic(&event.topic).await? else {
-                    return Ok(false); // stopping: these events stay unacknowledged
-                };
-                topics.insert(event.topic.clone(), lanes);
+            let (lane, slot) = self.lane_for(topics, &event);
+            if from_binlog && self.sent_before(slot, &event, seq, progress) {
+                continue;
             }
-            let lane = match &topics[&event.topic] {
-                TopicLanes::Queues(lanes) => {
-                    let count = u32::try_from(lanes.len()).unwrap_or(u32::MAX);
-                    &lanes[queue_for(self.hash, &event.biz_key, count) as usize]
-                }
-                TopicLanes::Failing { lane, .. } => lane,
-            };
             let attempts = match failures_before.get(index) {
                 Some(&failures_before) => Attempts::Once { failures_before },
                 None => Attempts::InPlace,
             };
-            lane.send(LaneEvent { tx_seq: seq, event, attempts, routed });
+            outgoing.push((lane, LaneEvent { tx_seq: seq, event, attempts, routed, slot }));
+        }
+        self.tracker.register(outgoing.len(), in_flight, Some(TxEnd { position: end, highest_id }));
+        for (lane, event) in outgoing {
+            lane.send(event);
         }
         Ok(self.advance())
     }
 
-    /// Applies lane reports. Returns whether the watermark moved.
+    /// Starts the lanes of every topic of `events` not started yet (or failing and
+    /// due for another look); `false` when stopping first.
+    async fn open_topics(&mut self, events: &[OutboxEvent], topics: &mut Topics) -> Result<bool, RelayError> {
+        let stale = |lanes: &TopicLanes| matches!(lanes, TopicLanes::Failing { until, .. } if *until <= Instant::now());
+        for event in events {
+            if topics.get(&event.topic).is_none_or(stale) {
+                let Some(lanes) = self.start_topic(&event.topic).await? else { return Ok(false) };
+                topics.insert(event.topic.clone(), lanes);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The lane `event` goes to, and its queue's progress slot.
+    fn lane_for<'t>(&self, topics: &'t Topics, event: &OutboxEvent) -> (&'t LaneInput, Option<QueueSlot>) {
+        match &topics[&event.topic] {
+            TopicLanes::Queues(lanes) => {
+                let count = u32::try_from(lanes.len()).unwrap_or(u32::MAX);
+                let (lane, slot) = &lanes[queue_for(self.hash, &event.biz_key, count) as usize];
+                (lane, Some(*slot))
+            }
+            TopicLanes::Failing { lane, .. } => (lane, None),
+        }
+    }
+
+    /// Whether binlog `event` (of transaction `seq`) went out before: its queue
+    /// finished it in an earlier pipeline, or the sweep claimed it during a takeover.
+    fn sent_before(&mut self, slot: Option<QueueSlot>, event: &OutboxEvent, seq: u64, progress: &mut Progress) -> bool {
+        if slot.is_some_and(|slot| self.queue_progress.finished_before(slot, event.id, seq)) {
+            progress.finished_before += 1;
+            return true;
+        }
+        let swept = self.watermark.swept_already(event.id);
+        progress.swept_before += u64::from(swept);
+        swept
+    }
+
+    /// Applies lane reports. Returns whether the checkpoint changed.
     async fn on_reports(&mut self, reports: Vec<LaneReport>, progress: &mut Progress) -> bool {
+        let mut marked = false;
         for report in reports {
             self.tracker.ack(report.tx_seq);
+            if let Some(slot) = report.slot {
+                let finished = matches!(report.outcome, Outcome::Sent(_) | Outcome::Failed);
+                self.queue_progress.ended(slot, report.id, report.tx_seq, finished);
+                marked = true;
+            }
             match report.outcome {
                 Outcome::Sent(sent) => {
                     progress.sent += 1;
@@ -375,7 +419,8 @@ impl Coordinator {
                 Outcome::Held => progress.held += 1,
             }
         }
-        self.advance()
+        // A queue's progress is saved even while another queue holds the prefix.
+        self.advance() || marked
     }
 
     /// Queues a SENT write-back; a full queue (the primary behind) is waited out. The
@@ -408,6 +453,7 @@ impl Coordinator {
         let durable = self.durable.as_mut()?;
         durable.checkpoint.queue_counts.clone_from(&self.pins);
         durable.checkpoint.queue_layouts.clone_from(&self.layouts);
+        durable.checkpoint.queue_marks = self.queue_progress.saved(self.tracker.first_pending());
         Some(durable.checkpoint.clone())
     }
 
@@ -519,7 +565,11 @@ impl Coordinator {
             self.pins.insert(topic.to_owned(), count);
             self.save_now().await?;
         }
-        Ok(TopicLanes::Queues(queues.into_iter().map(|queue| self.spawn_lane(queue)).collect()))
+        let mut lanes = Vec::with_capacity(queues.len());
+        for (index, queue) in (0..count).zip(queues) {
+            lanes.push((self.spawn_lane(queue), self.queue_progress.slot(topic, index)));
+        }
+        Ok(TopicLanes::Queues(lanes))
     }
 
     fn spawn_lane(&self, queue: MessageQueue) -> LaneInput {
@@ -580,6 +630,7 @@ impl Coordinator {
             retries_booked = progress.deferred,
             held = progress.held,
             swept_during_takeover = progress.swept_before,
+            finished_before_restart = progress.finished_before,
             in_flight_batches = self.tracker.in_flight(),
             checkpoint_file = position.map(|p| p.file.as_str()),
             checkpoint_pos = position.map(|p| p.pos),

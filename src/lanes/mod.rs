@@ -11,5 +11,5 @@ mod recorder;
 pub(crate) use held::{HeldKey, HeldKeys, Waiting};
 pub(crate) use lane::{run_failing, Lane, LaneInput, LaneSettings};
 pub(crate) use outage::OutageFlag;
-pub(crate) use outcome::{Attempts, LaneEvent, LaneReport, Outcome};
+pub(crate) use outcome::{Attempts, LaneEvent, LaneReport, Outcome, QueueSlot};
 pub(crate) use recorder::Recorder;

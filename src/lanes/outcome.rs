@@ -14,7 +14,14 @@ pub struct LaneEvent {
     pub attempts: Attempts,
     /// When the coordinator took it in: where its time in the relay after reading starts.
     pub routed: Instant,
+    /// The queue a binlog event was routed to, whose progress its report moves; none
+    /// for a swept row (the binlog does not bring it back) or a topic not on the cluster.
+    pub slot: Option<QueueSlot>,
 }
+
+/// Which of the coordinator's queues an event went to (see `coordinator::replay`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueSlot(pub u32);
 
 /// How a failed send of an event is retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +60,9 @@ pub enum Outcome {
 pub struct LaneReport {
     pub tx_seq: u64,
     pub outcome: Outcome,
+    /// The event's row id, and its queue's slot for a binlog event.
+    pub id: u64,
+    pub slot: Option<QueueSlot>,
 }
 
 impl LaneEvent {
@@ -63,13 +73,14 @@ impl LaneEvent {
 
     /// The report of its `outcome`.
     pub fn report(&self, outcome: Outcome) -> LaneReport {
-        LaneReport { tx_seq: self.tx_seq, outcome }
+        LaneReport { tx_seq: self.tx_seq, outcome, id: self.event.id, slot: self.slot }
     }
 
     /// The report of its SEND_OK at `at` as `msg_id`; the event itself is done with.
     pub fn sent(self, msg_id: String, at: SystemTime) -> LaneReport {
-        let sent = Sent { id: self.event.id, event_id: self.event.event_id, msg_id, at };
-        LaneReport { tx_seq: self.tx_seq, outcome: Outcome::Sent(sent) }
+        let (id, slot) = (self.event.id, self.slot);
+        let sent = Sent { id, event_id: self.event.event_id, msg_id, at };
+        LaneReport { tx_seq: self.tx_seq, outcome: Outcome::Sent(sent), id, slot }
     }
 
     /// Whether it came from the sweep (claimed, leased) rather than the binlog.

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::RelayError;
-use crate::checkpoint::{Checkpoint, CheckpointStore, Mirror};
+use crate::checkpoint::{Checkpoint, CheckpointStore, Mirror, QueueMarks};
 use crate::config::{Config, DbUrl};
 use crate::db::{self, DbError};
 use crate::rocketmq::QueueLayout;
@@ -99,8 +99,11 @@ impl BinlogSource {
             Some(mut saved) if self.resumes_by_gtid(&saved) => {
                 tracing::info!(gtid = ?saved.position.gtid, checkpoint_of = %saved.server_identity, source = %self.server.identity, "resuming by GTID on another server");
                 // From here on the position is this server's; its file and offset follow
-                // with the first event read.
+                // with the first event read. Its binlog may order the transactions of
+                // different replication streams otherwise: the queues' marks, which
+                // count on the same order, are dropped (duplicates at most).
                 saved.server_identity.clone_from(&self.server.identity);
+                saved.queue_marks.clear();
                 resumed(saved)
             }
             Some(saved) => {
@@ -147,7 +150,15 @@ impl BinlogSource {
         let position = binlog::current_position(&mut conn, self.server.flavor, self.url.address()).await?;
         let server_identity = self.server.identity.clone();
         // Every row committed before the position is the full sweep's to send.
-        Ok(Checkpoint { position, server_identity, queue_counts, queue_layouts, acked_through: None, owed_sweep: None })
+        Ok(Checkpoint {
+            position,
+            server_identity,
+            queue_counts,
+            queue_layouts,
+            acked_through: None,
+            owed_sweep: None,
+            queue_marks: QueueMarks::new(),
+        })
     }
 }
 
@@ -196,6 +207,7 @@ mod tests {
             queue_layouts: Default::default(),
             acked_through: None,
             owed_sweep: None,
+            queue_marks: QueueMarks::new(),
         }
     }
 
