@@ -55,8 +55,66 @@ pub(crate) async fn inject(stack: &Stack, fleet: &mut Fleet, fault: &Planned) ->
         }
         FaultKind::Crowd => crowd(fleet, fault.hold).await?,
         FaultKind::SourceSwitch => fleet.switch_source()?,
+        FaultKind::OperatorPause => {
+            fleet.operator(&["pause"]).await?;
+            hold().await;
+            fleet.operator(&["resume"]).await?;
+        }
+        FaultKind::Handover => fleet.operator(&["handover", "--within-secs", "30"]).await?,
+        FaultKind::PositionForce => {
+            let gtid = mirrored_gtid(stack, fleet).await?;
+            fleet.operator(&["position", "set", "--gtid", &gtid, "--force"]).await?;
+        }
+        FaultKind::FirstStartCut => first_start_cut(stack, fleet, fault.hold).await?,
+        FaultKind::TimeZoneShift => {
+            let url = &stack.primary_root_url;
+            let zone = stack.value(url, "SELECT @@global.time_zone").await?.context("the primary's time zone")?;
+            let shifted = if zone == "+01:00" { "-01:00" } else { "+01:00" };
+            stack.sql(url, &format!("SET GLOBAL time_zone = '{shifted}'")).await?;
+            hold().await;
+            stack.sql(url, &format!("SET GLOBAL time_zone = '{zone}'")).await?;
+        }
     }
     Ok(())
+}
+
+/// The GTID position of the fleet's checkpoint mirror row on the primary.
+async fn mirrored_gtid(stack: &Stack, fleet: &Fleet) -> anyhow::Result<String> {
+    let (schema, _) = fleet.table().split_once('.').context("the table as schema.table")?;
+    let sql = format!("SELECT gtid FROM `{schema}`.outbox_relay_checkpoint WHERE source_id = '{}'", fleet.table());
+    stack.value(&stack.primary_root_url, &sql).await?.context("the mirror row has no GTID position")
+}
+
+/// A first start cut short: every relay killed, every checkpoint deleted (each
+/// slot's RocksDB directory and the mirror row), the relays started again, and the
+/// first of them to lead killed `after` it does, in its full sweep, then restarted.
+async fn first_start_cut(stack: &Stack, fleet: &mut Fleet, after: Duration) -> anyhow::Result<()> {
+    let running = fleet.running();
+    fleet.kill_all()?;
+    (0..crate::fleet::SLOTS).try_for_each(|slot| fleet.delete_checkpoint(slot))?;
+    let (schema, _) = fleet.table().split_once('.').context("the table as schema.table")?;
+    let sql = format!("DELETE FROM `{schema}`.outbox_relay_checkpoint WHERE source_id = '{}'", fleet.table());
+    stack.sql(&stack.primary_root_url, &sql).await?;
+    running.iter().try_for_each(|slot| fleet.start(*slot))?;
+    let leader = wait_for_a_leader(fleet, FIRST_LEADER_WITHIN).await?;
+    tokio::time::sleep(after).await;
+    fleet.kill(leader)?;
+    fleet.start(leader)
+}
+
+/// How long a fleet started without checkpoints may take to elect a leader.
+const FIRST_LEADER_WITHIN: Duration = Duration::from_secs(30);
+
+/// The slot that leads (ready or not), once one does.
+async fn wait_for_a_leader(fleet: &Fleet, within: Duration) -> anyhow::Result<usize> {
+    let until = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(slot) = fleet.leader() {
+            return Ok(slot);
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < until, "no relay led within {within:?} of a first start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The relay a fault hits: the leader, or the first running one while none leads.

@@ -35,6 +35,8 @@ struct Slot {
 pub(crate) struct Fleet {
     binary: PathBuf,
     config: PathBuf,
+    /// The outbox table the relays serve, as `schema.table` (its mirror row's key).
+    table: String,
     dir: PathBuf,
     /// Extra environment of every relay (the test-only fault switches).
     env: Vec<(String, String)>,
@@ -46,10 +48,12 @@ pub(crate) struct Fleet {
 }
 
 impl Fleet {
-    /// A fleet whose `baseline` relays read `sources[0]`, logging under `dir`.
+    /// A fleet whose `baseline` relays of outbox `table` (`schema.table`) read
+    /// `sources[0]`, logging under `dir`.
     pub(crate) fn new(
         binary: &Path,
         config: &Path,
+        table: &str,
         dir: &Path,
         env: Vec<(String, String)>,
         sources: Vec<String>,
@@ -65,6 +69,7 @@ impl Fleet {
         Self {
             binary: binary.to_owned(),
             config: config.to_owned(),
+            table: table.to_owned(),
             dir: dir.to_owned(),
             env,
             sources,
@@ -149,6 +154,32 @@ impl Fleet {
         }
         self.source = (self.source + 1) % self.sources.len();
         running.into_iter().try_for_each(|slot| self.start(slot))
+    }
+
+    /// Runs the operator command `args` of the relay binary against the fleet's
+    /// table, signed by the harness; fails unless it exits 0.
+    pub(crate) async fn operator(&self, args: &[&str]) -> anyhow::Result<()> {
+        let output = tokio::process::Command::new(&self.binary)
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .args(["--operator", "outbox-chaos", "--reason", "fault harness"])
+            .output()
+            .await
+            .with_context(|| format!("run outbox-relay {}", args.join(" ")))?;
+        anyhow::ensure!(
+            output.status.success(),
+            "outbox-relay {} exited {}: {}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+        Ok(())
+    }
+
+    /// The fleet's outbox table as `schema.table`.
+    pub(crate) fn table(&self) -> &str {
+        &self.table
     }
 
     /// The source index relays read now.

@@ -122,7 +122,9 @@ impl<'a> Run<'a> {
             vec![]
         };
         let sources = stack.replicas.iter().map(|r| r.repl_url.clone()).collect();
-        let fleet = Fleet::new(&relay_binary(options)?, &config, dir, env, sources, options.relays as usize);
+        let qualified = format!("{}.{}", table.schema, table.table);
+        let fleet =
+            Fleet::new(&relay_binary(options)?, &config, &qualified, dir, env, sources, options.relays as usize);
         Ok(Self { options, stack, pool, table, topic, fleet, consumer, stopped: None })
     }
 

@@ -36,10 +36,24 @@ pub enum FaultKind {
     Crowd,
     /// Every relay restarted on the other replica as its binlog source.
     SourceSwitch,
+    /// An operator pauses the fleet (`outbox-relay pause`) and resumes it after a while.
+    OperatorPause,
+    /// An operator hands the leadership to a standby (`outbox-relay handover`).
+    Handover,
+    /// An operator sets the position to where the mirror says the relay stands, with
+    /// `--force` while the leader runs (`outbox-relay position set --force`): its term
+    /// ends, and the next one does not know which unsent rows it will read again.
+    PositionForce,
+    /// Every relay killed, every checkpoint (local and mirror) deleted, the fleet
+    /// started: a first start, whose leader is killed again a moment into its full sweep.
+    FirstStartCut,
+    /// The primary's time zone moved an hour for a while (`SET GLOBAL time_zone`):
+    /// connections opened meanwhile read its clock an hour off.
+    TimeZoneShift,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 17] = [
         FaultKind::RelayKill,
         FaultKind::RelayPause,
         FaultKind::BrokerKill,
@@ -52,6 +66,11 @@ impl FaultKind {
         FaultKind::CheckpointDeleted,
         FaultKind::Crowd,
         FaultKind::SourceSwitch,
+        FaultKind::OperatorPause,
+        FaultKind::Handover,
+        FaultKind::PositionForce,
+        FaultKind::FirstStartCut,
+        FaultKind::TimeZoneShift,
     ];
 
     pub fn name(self) -> &'static str {
@@ -68,6 +87,11 @@ impl FaultKind {
             FaultKind::CheckpointDeleted => "RocksDB deleted",
             FaultKind::Crowd => "2nd+3rd relay at once",
             FaultKind::SourceSwitch => "source switch",
+            FaultKind::OperatorPause => "operator pause/resume",
+            FaultKind::Handover => "operator handover",
+            FaultKind::PositionForce => "position set --force",
+            FaultKind::FirstStartCut => "first start's sweep killed",
+            FaultKind::TimeZoneShift => "primary time zone +1 h",
         }
     }
 
@@ -89,7 +113,11 @@ impl FaultKind {
             FaultKind::PurgeWhileDown => 2_000..=5_000,
             FaultKind::CheckpointDeleted => 0..=2_000,
             FaultKind::Crowd => 3_000..=8_000,
-            FaultKind::SourceSwitch => 0..=0,
+            FaultKind::SourceSwitch | FaultKind::Handover | FaultKind::PositionForce => 0..=0,
+            FaultKind::OperatorPause => 1_000..=5_000,
+            // How far into its first start the leader is killed.
+            FaultKind::FirstStartCut => 500..=3_000,
+            FaultKind::TimeZoneShift => 5_000..=15_000,
         }
     }
 }

@@ -122,6 +122,14 @@ impl Stack {
         Ok(())
     }
 
+    /// The first column of the first row `sql` returns on the server at `url`.
+    pub(crate) async fn value(&self, url: &str, sql: &str) -> anyhow::Result<Option<String>> {
+        let mut conn = mysql_async::Conn::from_url(url).await.with_context(|| format!("connect for {sql}"))?;
+        let value: Option<Option<String>> = conn.query_first(sql).await.with_context(|| format!("run {sql}"))?;
+        conn.disconnect().await?;
+        Ok(value.flatten())
+    }
+
     /// Runs `sql` on the server at `url` over a connection of its own.
     pub(crate) async fn sql(&self, url: &str, sql: &str) -> anyhow::Result<()> {
         let mut conn = mysql_async::Conn::from_url(url).await.with_context(|| format!("connect for {sql}"))?;

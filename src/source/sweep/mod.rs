@@ -14,6 +14,7 @@
 //! While the binlog path is down the sweep runs at least every [`TAKEOVER_PERIOD`],
 //! so a takeover delivers within seconds, not at the slow fallback period.
 
+mod remembered;
 pub mod watermark;
 
 use std::collections::HashSet;
@@ -35,7 +36,7 @@ use crate::store::{ClaimStore, Claimed, Cutoff, KeyUpTo, Malformed, StatusStore}
 use crate::time::local_micros;
 use crate::write_back::{Flushed, Unwritten, WriteBacks};
 
-pub use watermark::Watermark;
+pub use watermark::{SweptAhead, Watermark};
 
 /// The longest time between sweeps while the binlog path is down.
 pub const TAKEOVER_PERIOD: Duration = Duration::from_secs(1);
