@@ -318,6 +318,29 @@ async fn a_first_starts_full_sweep_cut_short_by_a_kill_runs_again_before_any_new
     scenario.finish(relay).await;
 }
 
+/// Rows committed before a first start by a session whose clock reads 13 hours ahead
+/// (their `created_at` is in the relay's future) are still the first start's full
+/// sweep's: it takes every row up to the table's newest id, not up to a time, so a
+/// new row per key committed at once arrives after them, within the scenario's deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_starts_full_sweep_takes_rows_a_session_hours_ahead_wrote() {
+    let scenario = Scenario::consumed("ahead_sweep").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let keys: Vec<String> = (0..5).map(|k| format!("k{k}")).collect();
+    for key in &keys {
+        outbox.insert_tx_in_zone(&events.rows(key, 0..3), "+13:00").await;
+    }
+    stack.replica_caught_up().await;
+    let relay = scenario.relay().await;
+    for key in &keys {
+        outbox.insert_tx(&[events.row(key, 3)]).await;
+    }
+    scenario.all_sent(keys.len() * 4).await;
+    let deliveries = scenario.received(keys.len() * 4).await;
+    scenario.assert_per_key_order(&deliveries).await;
+    scenario.finish(relay).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_after_sends_before_the_checkpoint_gives_duplicates_never_loss() {
     let scenario = Scenario::consumed("kill").await;

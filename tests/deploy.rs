@@ -75,6 +75,21 @@ fn the_compose_file_is_valid_and_holds_no_secret() {
     assert!(text(&broker["volumes"]).contains("/home/rocketmq/store"), "the broker's store is a volume: {broker:?}");
     assert!(text(&broker["environment"]).contains("-Xmx"), "the broker's heap is capped: {broker:?}");
     assert!(text(&broker["healthcheck"]).contains("clusterList"), "healthy once registered: {broker:?}");
+    let owner = &compose["services"]["broker-store-owner"];
+    assert!(
+        text(&owner["command"]).contains("3000:3000") && text(&owner["volumes"]).contains("/home/rocketmq/store"),
+        "the broker's store is given to the broker's user (uid 3000) before it starts: {owner:?}"
+    );
+    assert!(text(&broker["depends_on"]).contains("broker-store-owner"), "{broker:?}");
+    let replica = text(&compose["services"]["mysql-replica"]["healthcheck"]);
+    assert!(replica.contains("-h127.0.0.1"), "the replica is healthy over TCP, not on the init server: {replica}");
+    for (name, service) in services {
+        for port in service["ports"].as_sequence().into_iter().flatten() {
+            let published =
+                port.as_str().map_or_else(|| port["host_ip"].as_str().unwrap_or_default().to_owned(), str::to_owned);
+            assert!(published.starts_with("127.0.0.1"), "{name:?} publishes {port:?} beyond the loopback interface");
+        }
+    }
     let topics = text(&compose["services"]["topics"]["command"]);
     assert!(topics.contains("create-topic"), "the relay's own admin create-topic makes the topic: {topics}");
     let grafana = text(&compose["services"]["grafana"]);

@@ -273,6 +273,30 @@ async fn delivered_in_order_within_5_s_of(released: tokio::time::Instant, scenar
     scenario.assert_per_key_order(&deliveries).await;
 }
 
+/// A key held behind its FAILED head whose next rows come from a session whose clock
+/// reads hours ahead (a client in another time zone, or the server's zone changed
+/// under it): their `next_retry_at` default is that clock, but a row never tried is
+/// due at once, so once the head is requeued they follow within 5 s, in order (they
+/// are not taken for retries booked hours ahead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_a_session_hours_ahead_wrote_follow_their_requeued_head_within_5_s() {
+    let scenario = Scenario::consumed("zone_ahead").await;
+    let Scenario { stack, outbox, events, .. } = &scenario;
+    let relay = scenario.relay_with(&held_key_relay(&scenario, "hold")).await;
+    let blocker = Blocker::FailedThenRequeued;
+    let head = block_key(outbox, events, blocker).await;
+    outbox.insert_tx_in_zone(&events.rows("k", 1..4), "+13:00").await;
+    outbox.insert_tx(&events.rows("other", 0..2)).await;
+    eventually("the other key's rows SENT", Duration::from_secs(60), || async {
+        (outbox.count_status(RowStatus::Sent).await == 2).then_some(())
+    })
+    .await;
+    let released = release(stack, outbox, head, blocker).await;
+    outbox.insert_tx(&[events.row("k", 4), events.row("other", 2)]).await;
+    delivered_in_order_within_5_s_of(released, &scenario, blocker).await;
+    scenario.finish(relay).await;
+}
+
 /// How the relay is out of the way while its held key is released.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Away {
@@ -421,7 +445,7 @@ async fn age_old_rows(outbox: &TestOutbox, events: &Events) -> String {
     for (from, to, set) in [
         (0, 20, "sent_at = NOW(3) - INTERVAL 8 DAY"),
         (20, 23, "status = 3, sent_at = NOW(3) - INTERVAL 8 DAY, created_at = NOW(3) - INTERVAL 8 DAY"),
-        (23, 25, "status = 0, next_retry_at = NOW(3) + INTERVAL 1 DAY, created_at = NOW(3) - INTERVAL 8 DAY"),
+        (23, 25, "status = 0, retry_count = 1, next_retry_at = NOW(3) + INTERVAL 1 DAY, created_at = NOW(3) - INTERVAL 8 DAY"),
     ] {
         let ids: Vec<String> = (from..to).map(|seq| format!("'{prefix}{seq:05}'")).collect();
         outbox.exec(&format!("UPDATE {table} SET {set} WHERE event_id IN ({})", ids.join(","))).await;

@@ -63,6 +63,9 @@ pub enum Cutoff {
     Everything,
     /// Rows created before this instant (Unix seconds, database clock).
     Before(f64),
+    /// Rows up to this id: every row committed before the table's newest id was read.
+    /// Unlike a time, it does not depend on the clock each writer's session read.
+    UpTo(u64),
     /// Rows created more than this long before the database's current time.
     OlderThan(Duration),
     /// These rows only (read earlier, see [`ClaimStore::visible`]).
@@ -82,6 +85,7 @@ impl Cutoff {
             Cutoff::Before(unix) => {
                 (format!(" AND {alias}created_at < FROM_UNIXTIME(?)"), vec![Value::from(format!("{unix:.3}"))])
             }
+            Cutoff::UpTo(id) => (format!(" AND {alias}id <= ?"), vec![Value::from(*id)]),
             Cutoff::OlderThan(age) => (
                 format!(" AND {alias}created_at < NOW(3) - INTERVAL ? MICROSECOND"),
                 vec![Value::from(crate::time::micros(*age))],
@@ -185,9 +189,10 @@ impl ClaimStore {
         let (guard, guard_params) = self.key_guard(cutoff);
         let select = format!(
             "SELECT {SELECTED_COLUMNS} FROM {} o {} \
-             WHERE status = {PENDING} AND next_retry_at <= NOW(3){condition}{guard} ORDER BY id LIMIT {limit}",
+             WHERE status = {PENDING} AND {due}{condition}{guard} ORDER BY id LIMIT {limit}",
             self.outbox.qualified(),
             self.index_hint,
+            due = due(""),
         );
         params.extend(guard_params);
         let params = Params::Positional(params);
@@ -220,9 +225,10 @@ impl ClaimStore {
         params.push(Value::from(&self.owner));
         let guard = format!(
             " AND NOT EXISTS (SELECT 1 FROM {} e WHERE e.biz_key = o.biz_key AND e.topic = o.topic AND e.id < o.id \
-             AND ((e.status = {PENDING} AND NOT (e.next_retry_at <= NOW(3){in_scope})) \
+             AND ((e.status = {PENDING} AND NOT ({due}{in_scope})) \
              OR (e.status = {SENDING} AND NOT (e.owner <=> ?)){failed}))",
-            self.outbox.qualified()
+            self.outbox.qualified(),
+            due = due("e."),
         );
         (guard, params)
     }
@@ -233,9 +239,10 @@ impl ClaimStore {
     pub async fn visible(&self, limit: usize, cutoff: &Cutoff) -> Result<(f64, Vec<u64>), mysql_async::Error> {
         let (condition, params) = cutoff.condition("");
         let select = format!(
-            "SELECT id FROM {} {} WHERE status = {PENDING} AND next_retry_at <= NOW(3){condition} ORDER BY id LIMIT {limit}",
+            "SELECT id FROM {} {} WHERE status = {PENDING} AND {due}{condition} ORDER BY id LIMIT {limit}",
             self.outbox.qualified(),
-            self.index_hint
+            self.index_hint,
+            due = due(""),
         );
         let ids = self.pool.get_conn().await?.exec(select, Params::Positional(params)).await?;
         Ok((self.now().await?, ids))
@@ -263,9 +270,10 @@ impl ClaimStore {
         let sql = format!(
             "SELECT o.topic, o.biz_key, MAX(o.id) FROM {table} o \
              JOIN (SELECT DISTINCT topic, biz_key FROM {table} \
-                   WHERE {holding}(status = {PENDING} AND next_retry_at > NOW(3)){behind}) h \
+                   WHERE {holding}(status = {PENDING} AND {booked}){behind}) h \
              ON o.topic = h.topic AND o.biz_key = h.biz_key \
-             WHERE o.status IN ({waiting}) GROUP BY o.topic, o.biz_key"
+             WHERE o.status IN ({waiting}) GROUP BY o.topic, o.biz_key",
+            booked = retry_booked("")
         );
         let rows: Vec<(String, String, u64)> =
             self.pool.get_conn().await?.exec(sql, Params::Positional(params)).await?;
@@ -342,9 +350,10 @@ impl ClaimStore {
         let candidates: Vec<Row> = conn.exec(select, params).await?;
         let sql = format!(
             "UPDATE {} o {} SET o.status = {SENDING}, o.owner = ?, o.lease_until = NOW(3) + INTERVAL ? MICROSECOND \
-             WHERE o.id = ? AND o.status = {PENDING} AND o.next_retry_at <= NOW(3)",
+             WHERE o.id = ? AND o.status = {PENDING} AND {due}",
             self.outbox.qualified(),
-            self.fence.join()
+            self.fence.join(),
+            due = due("o."),
         );
         let mut claimed = Vec::with_capacity(candidates.len());
         for row in candidates {
@@ -490,6 +499,19 @@ const BIZ_KEY_COLUMN: usize = 2;
 
 /// The id (first column) of a row read for a claim; a row without a readable id stops
 /// the claim: it could be neither claimed nor failed by its id.
+/// Whether a PENDING row of table `alias` may be sent now: one never tried is due
+/// whatever its `next_retry_at` says (the column's default is the writing session's
+/// clock, which a time zone change or a client's own zone can put hours ahead); a
+/// row the relay booked a retry for is due at the time it booked, on its own clock.
+fn due(alias: &str) -> String {
+    format!("({alias}retry_count = 0 OR {alias}next_retry_at <= NOW(3))")
+}
+
+/// Whether a PENDING row of table `alias` waits for a retry the relay booked.
+fn retry_booked(alias: &str) -> String {
+    format!("({alias}retry_count > 0 AND {alias}next_retry_at > NOW(3))")
+}
+
 fn row_id(row: &Row) -> Result<u64, mysql_async::Error> {
     match row.get_opt::<u64, _>(0) {
         Some(Ok(id)) => Ok(id),

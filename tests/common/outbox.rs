@@ -33,16 +33,25 @@ impl TestOutbox {
 
     /// Inserts `rows` as one multi-row INSERT in one committed transaction.
     pub async fn insert_tx(&self, rows: &[Row]) {
-        self.write_tx(rows, true).await;
+        self.write_tx(rows, true, None).await;
+    }
+
+    /// Inserts `rows` in one committed transaction of a session whose time zone is
+    /// `zone` (`'+13:00'`): its `created_at` and `next_retry_at` defaults read that clock.
+    pub async fn insert_tx_in_zone(&self, rows: &[Row], zone: &str) {
+        self.write_tx(rows, true, Some(zone)).await;
     }
 
     /// Inserts `rows` in a transaction that is rolled back.
     pub async fn insert_rolled_back(&self, rows: &[Row]) {
-        self.write_tx(rows, false).await;
+        self.write_tx(rows, false, None).await;
     }
 
-    async fn write_tx(&self, rows: &[Row], commit: bool) {
+    async fn write_tx(&self, rows: &[Row], commit: bool, zone: Option<&str>) {
         let mut conn = self.pool.get_conn().await.expect("conn");
+        if let Some(zone) = zone {
+            conn.query_drop(format!("SET time_zone = '{zone}'")).await.expect("set the session's time zone");
+        }
         let mut tx = conn.start_transaction(Default::default()).await.expect("begin");
         for chunk in rows.chunks(1_000) {
             let (sql, params) = self.insert_params(chunk);
@@ -52,6 +61,9 @@ impl TestOutbox {
             tx.commit().await.expect("commit");
         } else {
             tx.rollback().await.expect("rollback");
+        }
+        if zone.is_some() {
+            conn.query_drop("SET time_zone = DEFAULT").await.expect("reset the session's time zone");
         }
     }
 

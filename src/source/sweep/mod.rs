@@ -123,7 +123,9 @@ impl AheadOfBinlog {
     fn of(cutoff: &Cutoff) -> Self {
         match cutoff {
             Cutoff::OlderThan(_) | Cutoff::Behind(_) => AheadOfBinlog::Every,
-            Cutoff::Everything | Cutoff::Before(_) | Cutoff::Listed(_) | Cutoff::Nothing => AheadOfBinlog::Nothing,
+            Cutoff::Everything | Cutoff::Before(_) | Cutoff::UpTo(_) | Cutoff::Listed(_) | Cutoff::Nothing => {
+                AheadOfBinlog::Nothing
+            }
         }
     }
 
@@ -472,7 +474,7 @@ impl Sweeper {
         Ok(draining)
     }
 
-    /// Sweeps every row created before now, retrying the database until it is done.
+    /// Sweeps every row committed so far, retrying the database until it is done.
     async fn full_sweep(&self, request: FullSweep) {
         tracing::warn!(reason = %request.owed.reason, "full sweep: every PENDING row committed so far is claimed and sent");
         fault::slow(Slow::FullSweep).await;
@@ -481,9 +483,9 @@ impl Sweeper {
         self.settle_write_backs().await;
         loop {
             let swept = match self.full_sweep_bounds(&request).await {
-                Ok((now, ahead)) => {
+                Ok((newest, ahead)) => {
                     self.reclaim().await;
-                    self.claim_all(&Cutoff::Before(now), ahead).await
+                    self.claim_all(&Cutoff::UpTo(newest), ahead).await
                 }
                 Err(error) => Err(Stop::Database(error)),
             };
@@ -502,15 +504,18 @@ impl Sweeper {
         let _ = request.done.send(());
     }
 
-    /// A full sweep claims every row created before the database's now; the binlog
-    /// path reads again those committed after its position was read, so those are
-    /// remembered for it to skip: rows created since then, less the grace that covers
-    /// transactions open for a while (their rows were created before their commit) and
-    /// the source replica's last known lag (its position was that far behind the
-    /// primary).
-    async fn full_sweep_bounds(&self, request: &FullSweep) -> Result<(f64, AheadOfBinlog), mysql_async::Error> {
-        let now = self.claims.now().await?;
-        let Some(guard) = &self.settings.binlog else { return Ok((now, AheadOfBinlog::Nothing)) };
+    /// A full sweep claims every row up to the table's newest id, read after the binlog
+    /// path's position was (a request comes only then): every row committed before
+    /// the position is visible then, whatever clock its writer's session read. The
+    /// binlog path reads again those committed after its position was read, so those
+    /// are remembered for it to skip: rows created since then, less the grace that
+    /// covers transactions open for a while (their rows were created before their
+    /// commit) and the source replica's last known lag (its position was that far
+    /// behind the primary). A writer whose clock reads behind the primary's makes
+    /// some of them duplicates, never loses or reorders one.
+    async fn full_sweep_bounds(&self, request: &FullSweep) -> Result<(u64, AheadOfBinlog), mysql_async::Error> {
+        let newest = self.claims.newest_id().await?;
+        let Some(guard) = &self.settings.binlog else { return Ok((newest, AheadOfBinlog::Nothing)) };
         let read = match request.owed.position_read_local_us {
             Some(read) => Some(read),
             None => self
@@ -519,12 +524,12 @@ impl Sweeper {
                 .await?
                 .map(|now| now.saturating_sub(local_micros(request.position_read.elapsed()))),
         };
-        let Some(read) = read else { return Ok((now, AheadOfBinlog::Nothing)) };
+        let Some(read) = read else { return Ok((newest, AheadOfBinlog::Nothing)) };
         // A lag not read yet is not taken as none: as the takeover delay, the longest
         // the sweep otherwise lets the binlog path trail.
         let lag =
             Duration::try_from_secs_f64(self.metrics.source_replica_lag_seconds.get()).unwrap_or(guard.takeover_after);
-        Ok((now, AheadOfBinlog::CreatedFrom(read.saturating_sub(local_micros(guard.grace.saturating_add(lag))))))
+        Ok((newest, AheadOfBinlog::CreatedFrom(read.saturating_sub(local_micros(guard.grace.saturating_add(lag))))))
     }
 
     /// Claims and hands on batches until a claim comes back short; the rows the binlog
