@@ -96,6 +96,33 @@ fn the_compose_file_is_valid_and_holds_no_secret() {
     assert!(grafana.contains("provisioning") && grafana.contains("outbox-relay.json"), "{grafana}");
 }
 
+/// The systemd unit runs on a fresh host as copied (no user to create first) and is
+/// sandboxed: `systemd-analyze security` rates it 2.0 or less ("OK").
+#[test]
+fn the_systemd_unit_needs_no_user_created_and_is_rated_ok_by_systemd_analyze_security() {
+    let unit = repo_file("deploy/systemd/outbox-relay.service");
+    assert!(unit.contains("DynamicUser=yes") && !unit.contains("\nUser="), "a user nothing creates:\n{unit}");
+    // The offline check wants the unit under its own name, outside the repository's tree.
+    let dir = std::env::temp_dir().join(format!("outbox-relay-unit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory for the unit");
+    let copy = dir.join("outbox-relay.service");
+    std::fs::write(&copy, &unit).expect("the unit's copy");
+    let fix = "systemd 252 or later provides systemd-analyze";
+    let output = Command::new("systemd-analyze")
+        .args(["security", "--offline=true", "--no-pager"])
+        .arg(&copy)
+        .output()
+        .unwrap_or_else(|e| panic!("run systemd-analyze ({e}): {fix}"));
+    let report = String::from_utf8_lossy(&output.stdout).into_owned();
+    let level: f64 = report
+        .lines()
+        .find_map(|line| line.split("Overall exposure level for outbox-relay.service: ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|level| level.parse().ok())
+        .unwrap_or_else(|| panic!("no overall exposure level in:\n{report}{}", String::from_utf8_lossy(&output.stderr)));
+    assert!(level <= 2.0, "systemd-analyze security rates the unit {level} (at most 2.0 wanted):\n{report}");
+}
+
 /// The overlays of deploy/kubernetes: one per database.
 const OVERLAYS: [&str; 2] = ["deploy/kubernetes/overlays/orders", "deploy/kubernetes/overlays/payments"];
 
