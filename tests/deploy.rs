@@ -164,11 +164,32 @@ fn the_kubernetes_overlays_render_valid_restricted_manifests_without_secrets() {
         for workload in [set, of_kind(&documents, "Job")[0]] {
             assert_restricted(overlay, workload);
         }
+        assert_fleet_survives_a_node(overlay, &documents);
         let image = set["spec"]["template"]["spec"]["containers"][0]["image"].as_str().unwrap_or_default();
         assert!(image.contains('/') && !image.ends_with(":latest"), "{overlay}: a registry and a version: {image}");
         names.insert(set["metadata"]["name"].as_str().unwrap_or_default().to_owned());
     }
     assert_eq!(names.len(), OVERLAYS.len(), "each database's fleet has names of its own: {names:?}");
+}
+
+/// The relay pods see only their own passwords, never two of them share a node, their
+/// probes have a timeout, and a node drain is not blocked by an unready instance.
+fn assert_fleet_survives_a_node(overlay: &str, documents: &[serde_yaml::Value]) {
+    let pod = &of_kind(documents, "StatefulSet")[0]["spec"]["template"]["spec"];
+    let text = |value: &serde_yaml::Value| serde_yaml::to_string(value).expect("YAML");
+    let volumes = text(&pod["volumes"]);
+    assert!(
+        volumes.contains("source-password") && !volumes.contains("admin-password"),
+        "{overlay}: the relay pods mount their own passwords only:\n{volumes}"
+    );
+    let anti = &pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+    assert!(text(anti).contains("kubernetes.io/hostname"), "{overlay}: one instance per node, required: {anti:?}");
+    for probe in ["readinessProbe", "livenessProbe"] {
+        let timeout = &pod["containers"][0][probe]["timeoutSeconds"];
+        assert!(timeout.as_u64().is_some_and(|t| t >= 2), "{overlay}: {probe} has a timeout: {timeout:?}");
+    }
+    let budget = &of_kind(documents, "PodDisruptionBudget")[0]["spec"];
+    assert_eq!(budget["unhealthyPodEvictionPolicy"], "AlwaysAllow", "{overlay}: an unready instance may be evicted");
 }
 
 /// The pod of `workload` meets the "restricted" Pod Security Standard.
