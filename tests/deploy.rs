@@ -119,7 +119,9 @@ fn the_systemd_unit_needs_no_user_created_and_is_rated_ok_by_systemd_analyze_sec
         .find_map(|line| line.split("Overall exposure level for outbox-relay.service: ").nth(1))
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|level| level.parse().ok())
-        .unwrap_or_else(|| panic!("no overall exposure level in:\n{report}{}", String::from_utf8_lossy(&output.stderr)));
+        .unwrap_or_else(|| {
+            panic!("no overall exposure level in:\n{report}{}", String::from_utf8_lossy(&output.stderr))
+        });
     assert!(level <= 2.0, "systemd-analyze security rates the unit {level} (at most 2.0 wanted):\n{report}");
 }
 

@@ -333,6 +333,10 @@ impl Coordinator {
             Origin::Binlog { end } => (Some(end), Vec::new(), true),
             Origin::BinlogPart => (None, Vec::new(), true),
             Origin::Sweep { retry_counts } => (None, retry_counts, false),
+            Origin::Moved => {
+                self.queue_progress.forget_inherited();
+                (None, Vec::new(), true)
+            }
         };
         if self.tracker.in_flight() == 0 {
             // The clock of the stall check starts with the first batch after a pause.

@@ -89,11 +89,26 @@ impl QueueProgress {
     pub(crate) fn ended(&mut self, slot: QueueSlot, id: u64, seq: u64, finished: bool) {
         let Some(queue) = self.queues.get_mut(slot.0 as usize) else { return };
         queue.mark = match (queue.mark, finished) {
-            (Mark::LeftBehind { .. }, _) => queue.mark,
+            (Mark::LeftBehind { last, seq: first }, finished) => {
+                // Behind the newest event left behind: the prefix must pass that one too.
+                let seq = if finished { first } else { first.max(seq) };
+                Mark::LeftBehind { last, seq }
+            }
             (_, true) => Mark::Finished { id, seq },
             (Mark::Finished { id, seq: at }, false) => Mark::LeftBehind { last: Some((id, at)), seq },
             (_, false) => Mark::LeftBehind { last: None, seq },
         };
+    }
+
+    /// The binlog path went on from another position: marks of an earlier pipeline
+    /// will not be met (the queues send everything from here).
+    pub(crate) fn forget_inherited(&mut self) {
+        self.inherited.clear();
+        for queue in &mut self.queues {
+            if let Mark::Inherited { .. } = queue.mark {
+                queue.mark = Mark::None;
+            }
+        }
     }
 
     /// The marks to save with a checkpoint whose acknowledged prefix ends before
@@ -169,6 +184,31 @@ mod tests {
         assert_eq!(progress.saved(3), QueueMarks::new(), "past the held event, the mark moves again");
         progress.ended(q, 6, 5, true);
         assert_eq!(progress.saved(3), marks(&[("t", 0, 6)]));
+    }
+
+    #[test]
+    fn a_second_event_left_behind_holds_the_mark_until_the_prefix_passes_it_too() {
+        let mut progress = QueueProgress::default();
+        let q = progress.slot("t", 0);
+        progress.ended(q, 1, 0, true);
+        progress.ended(q, 6, 6, false);
+        progress.ended(q, 9, 9, false);
+        progress.ended(q, 10, 10, true);
+        assert_eq!(progress.saved(7), QueueMarks::new(), "past the first held event, not the second");
+        progress.ended(q, 11, 11, true);
+        assert_eq!(progress.saved(7), QueueMarks::new(), "still behind the second held event");
+        assert_eq!(progress.saved(10), QueueMarks::new());
+        progress.ended(q, 12, 12, true);
+        assert_eq!(progress.saved(10), marks(&[("t", 0, 12)]));
+    }
+
+    #[test]
+    fn a_moved_binlog_path_forgets_the_marks_it_will_not_meet() {
+        let mut progress = QueueProgress::new(marks(&[("t", 0, 12), ("u", 1, 4)]));
+        let q = progress.slot("t", 0);
+        progress.forget_inherited();
+        assert!(!progress.finished_before(q, 10, 0), "sent, not skipped");
+        assert_eq!(progress.saved(0), QueueMarks::new());
     }
 
     #[test]

@@ -28,7 +28,6 @@ use crate::http;
 use crate::leader::{wait_for_lease, Standby, Term, TermTiming};
 use crate::metrics::{gauge_value, RelayMetrics};
 use crate::rocketmq::{ProducerSettings, Publisher};
-use crate::source::sweep::SweptAhead;
 use crate::store::{check_migrated, ClaimStore, Instances, LeaseStore, HANDOVER_GRACE};
 use crate::supervise::Supervisor;
 use crate::write_back;
@@ -113,8 +112,7 @@ pub async fn run(config: &Config, client: Arc<ClientRuntime>, shutdown: Cancella
         )
         .await?,
     );
-    let swept_ahead = SweptAhead::default();
-    let warm = Warm { outbox, primary, write_backs, binlog, claims, publisher, lease, swept_ahead };
+    let warm = Warm { outbox, primary, write_backs, binlog, claims, publisher, lease };
     let result = serve(config, &warm, shutdown).await;
     shutdown_publisher(warm.publisher).await;
     result
@@ -316,8 +314,6 @@ struct Warm {
     claims: ClaimStore,
     publisher: Arc<Publisher>,
     lease: LeaseStore,
-    /// Rows the sweep claimed ahead of the binlog path, remembered across pipelines.
-    swept_ahead: SweptAhead,
 }
 
 /// A task that cannot fail, as a supervised one.

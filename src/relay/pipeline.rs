@@ -77,8 +77,7 @@ pub(super) async fn start(run: TermRun<'_>) -> Result<(), RelayError> {
     let (write_backs, unwritten) = spawn_write_back(&run, &fence);
     spawn_side_jobs(&run, &status, &fence);
     let (handoff, admitted) = Handoff::channel(Budget::of(&run.config.lanes), run.metrics.clone());
-    let acked = binlog.as_ref().and_then(|(_, b)| b.checkpoint.position.commit_time);
-    let watermark = Arc::new(Watermark::new(acked, run.warm.swept_ahead.clone()));
+    let watermark = Arc::new(Watermark::new(binlog.as_ref().and_then(|(_, b)| b.checkpoint.position.commit_time)));
     let (sweeps, requests) = sweep::full_sweeps();
     let links = SweepLinks {
         claims: run.claims.clone(),

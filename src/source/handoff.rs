@@ -99,7 +99,7 @@ impl Handoff {
     /// Waits for the batch's share of the budget, then hands it on.
     pub async fn send(&self, tx: SourceTx) -> Result<(), PipelineClosed> {
         let path = match tx.origin {
-            Origin::Binlog { .. } | Origin::BinlogPart => Path::Binlog,
+            Origin::Binlog { .. } | Origin::BinlogPart | Origin::Moved => Path::Binlog,
             Origin::Sweep { .. } => Path::Sweep,
         };
         self.metrics.read(path, tx.events.len());

@@ -35,9 +35,17 @@ pub enum Origin {
     /// Claimed by the sweep (status SENDING, leased): one send attempt each, then the
     /// retry is booked in the table. `retry_counts[i]` is `events[i]`'s failures so far.
     Sweep { retry_counts: Vec<u32> },
+    /// No events: the binlog path lost its position and goes on from another one, so
+    /// nothing between will be read again (what per-queue progress points at included).
+    Moved,
 }
 
 impl SourceTx {
+    /// The binlog path moved past what it had not read (see [`Origin::Moved`]).
+    pub fn moved() -> Self {
+        Self { events: Vec::new(), origin: Origin::Moved }
+    }
+
     /// A committed binlog transaction ending at `end`.
     pub fn binlog(events: Vec<OutboxEvent>, end: BinlogPosition) -> Self {
         Self { events, origin: Origin::Binlog { end } }
@@ -47,7 +55,7 @@ impl SourceTx {
     pub fn end(&self) -> Option<&BinlogPosition> {
         match &self.origin {
             Origin::Binlog { end } => Some(end),
-            Origin::BinlogPart | Origin::Sweep { .. } => None,
+            Origin::BinlogPart | Origin::Sweep { .. } | Origin::Moved => None,
         }
     }
 }

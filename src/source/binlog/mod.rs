@@ -268,6 +268,7 @@ impl Reader {
             format!("binlog source: position lost ({reason}); sweeping every PENDING row, then tailing again"),
         );
         tracing::error!(%reason, file = %resume_at.file, pos = resume_at.pos, "binlog position lost: sweeping every PENDING row, then tailing from the current position; nothing is skipped");
+        self.links.handoff.send(SourceTx::moved()).await?;
         self.full_sweep(owed, resume_at).await
     }
 

@@ -36,7 +36,7 @@ use crate::store::{ClaimStore, Claimed, Cutoff, KeyUpTo, Malformed, StatusStore}
 use crate::time::local_micros;
 use crate::write_back::{Flushed, Unwritten, WriteBacks};
 
-pub use watermark::{SweptAhead, Watermark};
+pub use watermark::Watermark;
 
 /// The longest time between sweeps while the binlog path is down.
 pub const TAKEOVER_PERIOD: Duration = Duration::from_secs(1);

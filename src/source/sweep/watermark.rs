@@ -11,17 +11,18 @@
 //! While the binlog path is down longer than `sweep.takeover_after`, its progress
 //! stops meaning anything and the sweep takes everything older than the grace; when
 //! it is down for a cause only a person can fix, the sweep takes over at once. The
-//! rows it claims then are remembered (by the process, across its pipelines): the
-//! binlog path, catching up, meets them again and skips them instead of publishing
-//! them twice (after a restart or a handover in between they may be published twice,
-//! which consumers deduplicate).
+//! rows it claims then are remembered here: the binlog path, catching up, meets them
+//! again and skips them instead of publishing them twice. The memory is the
+//! pipeline's: a claim a stopping pipeline hands back goes to PENDING unsent, and a
+//! later pipeline must not skip it (after a pause, a restart or a handover in between
+//! such rows may be published twice, which consumers deduplicate).
 //!
 //! A replica that stops applying is not a binlog path that is down: its stream stays
 //! open and idle, its progress stays at the last commit it applied (the primary's
 //! commit time), and the sweep waits for it.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -31,24 +32,6 @@ use crate::store::Cutoff;
 
 /// Most row ids swept during takeovers that are remembered for the binlog path to skip.
 const TAKEN_OVER_MAX: usize = 1_000_000;
-
-/// The ids of rows the sweep claimed ahead of the binlog path that it has not met yet:
-/// the process's, handed to each pipeline's watermark, so a pause and resume or a
-/// lease lost and regained do not forget them.
-#[derive(Debug, Clone)]
-pub struct SweptAhead(Arc<Mutex<RememberedIds>>);
-
-impl SweptAhead {
-    fn lock(&self) -> std::sync::MutexGuard<'_, RememberedIds> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Default for SweptAhead {
-    fn default() -> Self {
-        Self(Arc::new(Mutex::new(RememberedIds::new(TAKEN_OVER_MAX))))
-    }
-}
 
 /// The binlog path's progress, shared by the reader, the coordinator and the sweep.
 #[derive(Debug)]
@@ -61,7 +44,7 @@ pub struct Watermark {
     /// the next slow period.
     outage_began: Notify,
     /// Ids of rows the sweep claimed ahead of the binlog path that it has not met yet.
-    taken_over: SweptAhead,
+    taken_over: Mutex<RememberedIds>,
     /// Whether `taken_over` holds any id: the binlog path's every event asks.
     any_taken_over: AtomicBool,
 }
@@ -75,16 +58,14 @@ struct Outage {
 }
 
 impl Watermark {
-    /// Starts from the checkpoint's commit time, if it has one, remembering in
-    /// `taken_over` (what earlier pipelines of the process swept ahead stays there).
-    pub fn new(acked: Option<u32>, taken_over: SweptAhead) -> Self {
-        let any = !taken_over.lock().is_empty();
+    /// Starts from the checkpoint's commit time, if it has one.
+    pub fn new(acked: Option<u32>) -> Self {
         Self {
             acked: AtomicU32::new(acked.unwrap_or(0)),
             down: Mutex::new(None),
             outage_began: Notify::new(),
-            taken_over,
-            any_taken_over: AtomicBool::new(any),
+            taken_over: Mutex::new(RememberedIds::new(TAKEN_OVER_MAX)),
+            any_taken_over: AtomicBool::new(false),
         }
     }
 
@@ -94,7 +75,7 @@ impl Watermark {
     /// binlog path's start position was read. Beyond [`TAKEN_OVER_MAX`] ids the oldest
     /// are forgotten (those rows, if met after all, are published once more).
     pub fn swept_ahead(&self, ids: impl IntoIterator<Item = u64>) {
-        let mut taken = self.taken_over.lock();
+        let mut taken = self.taken_over();
         let forgotten = taken.extend(ids);
         if forgotten > 0 {
             tracing::warn!(forgotten, kept = TAKEN_OVER_MAX, "too many rows swept ahead of the binlog path to remember: the oldest are forgotten; the binlog path may publish those once more");
@@ -108,16 +89,20 @@ impl Watermark {
         if !self.any_taken_over.load(Ordering::Acquire) {
             return false;
         }
-        let mut taken = self.taken_over.lock();
+        let mut taken = self.taken_over();
         let met = taken.take(id);
         self.any_taken_over.store(!taken.is_empty(), Ordering::Release);
         met
     }
 
+    fn taken_over(&self) -> MutexGuard<'_, RememberedIds> {
+        self.taken_over.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The binlog path resumes where it will not meet the rows swept during a takeover
     /// (a lost position, tailed again from the current one): forget them.
     pub fn forget_takeover(&self) {
-        self.taken_over.lock().clear();
+        self.taken_over().clear();
         self.any_taken_over.store(false, Ordering::Release);
     }
 
@@ -207,12 +192,12 @@ mod tests {
     #[test]
     fn nothing_before_the_first_acknowledgement() {
         assert_eq!(cutoff_for(None, None, GRACE, TAKEOVER), Cutoff::Nothing);
-        assert_eq!(Watermark::new(None, SweptAhead::default()).cutoff(GRACE, TAKEOVER), Cutoff::Nothing);
+        assert_eq!(Watermark::new(None).cutoff(GRACE, TAKEOVER), Cutoff::Nothing);
     }
 
     #[test]
     fn the_watermark_only_moves_forward_and_clears_the_outage() {
-        let w = Watermark::new(Some(500), SweptAhead::default());
+        let w = Watermark::new(Some(500));
         w.acknowledged(1_000);
         w.acknowledged(900);
         assert_eq!(w.cutoff(GRACE, TAKEOVER), Cutoff::Before(940.0));
@@ -224,7 +209,7 @@ mod tests {
 
     #[test]
     fn a_fence_is_passed_once_a_later_second_was_acknowledged() {
-        let w = Watermark::new(Some(1_000), SweptAhead::default());
+        let w = Watermark::new(Some(1_000));
         assert!(!w.passed(1_000.4), "the same second may still hold commits before the fence");
         w.acknowledged(1_001);
         assert!(w.passed(1_000.4));
@@ -233,7 +218,7 @@ mod tests {
 
     #[test]
     fn rows_swept_in_a_takeover_are_skipped_once_by_the_binlog_path() {
-        let w = Watermark::new(Some(1_000), SweptAhead::default());
+        let w = Watermark::new(Some(1_000));
         assert!(!w.swept_already(7), "nothing taken over");
         w.swept_ahead([7, 8]);
         assert!(w.swept_already(7));
@@ -245,7 +230,7 @@ mod tests {
 
     #[test]
     fn a_broken_binlog_path_hands_over_at_once() {
-        let w = Watermark::new(Some(1_000), SweptAhead::default());
+        let w = Watermark::new(Some(1_000));
         w.source_down();
         assert_eq!(w.cutoff(GRACE, TAKEOVER), Cutoff::Before(940.0), "a transient outage waits for takeover_after");
         w.source_broken();
