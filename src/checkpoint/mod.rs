@@ -63,6 +63,26 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
+    /// A checkpoint at `position` of server `server_identity` with the pins given and
+    /// nothing known past it: what was acknowledged through is unknown, no sweep is
+    /// owed and no queue has progress beyond it.
+    pub fn at(
+        position: BinlogPosition,
+        server_identity: String,
+        queue_counts: BTreeMap<String, u32>,
+        queue_layouts: BTreeMap<String, QueueLayout>,
+    ) -> Self {
+        Self {
+            position,
+            server_identity,
+            queue_counts,
+            queue_layouts,
+            acked_through: None,
+            owed_sweep: None,
+            queue_marks: QueueMarks::new(),
+        }
+    }
+
     /// Whether this checkpoint is at least as far as `other`: by GTID where both have
     /// one of the same family (which holds across servers), else by file and position
     /// of the same server; checkpoints of different servers without GTIDs never are.

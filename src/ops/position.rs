@@ -34,7 +34,7 @@ use serde::Serialize;
 use super::manual::{audit, AuditEntry, Operator};
 use super::report::LeaderReport;
 use crate::checkpoint::mirror::{self, MirrorRow};
-use crate::checkpoint::{Checkpoint, CheckpointError, CheckpointStore, PositionReport, QueueMarks};
+use crate::checkpoint::{Checkpoint, CheckpointError, CheckpointStore, PositionReport};
 use crate::config::{Config, DbUrl, Mode};
 use crate::db::DbError;
 use crate::source::binlog::GtidState;
@@ -382,15 +382,7 @@ impl Positions {
         let queue_layouts = current.map(|c| c.queue_layouts.clone()).unwrap_or_default();
         // Where the binlog path will not read again is unknown after a move: the next
         // start holds every key with an unsent row until the sweep has sent it.
-        Ok(Checkpoint {
-            position,
-            server_identity,
-            queue_counts,
-            queue_layouts,
-            acked_through: None,
-            owed_sweep: None,
-            queue_marks: QueueMarks::new(),
-        })
+        Ok(Checkpoint::at(position, server_identity, queue_counts, queue_layouts))
     }
 
     /// The mirror row, as the audit row names it.

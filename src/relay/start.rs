@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::RelayError;
-use crate::checkpoint::{Checkpoint, CheckpointStore, Mirror, QueueMarks};
+use crate::checkpoint::{Checkpoint, CheckpointStore, Mirror};
 use crate::config::{Config, DbUrl};
 use crate::db::{self, DbError};
 use crate::rocketmq::QueueLayout;
@@ -150,15 +150,7 @@ impl BinlogSource {
         let position = binlog::current_position(&mut conn, self.server.flavor, self.url.address()).await?;
         let server_identity = self.server.identity.clone();
         // Every row committed before the position is the full sweep's to send.
-        Ok(Checkpoint {
-            position,
-            server_identity,
-            queue_counts,
-            queue_layouts,
-            acked_through: None,
-            owed_sweep: None,
-            queue_marks: QueueMarks::new(),
-        })
+        Ok(Checkpoint::at(position, server_identity, queue_counts, queue_layouts))
     }
 }
 
@@ -200,15 +192,8 @@ mod tests {
     use crate::source::BinlogPosition;
 
     fn at(identity: &str, file: &str, pos: u64, gtid: Option<&str>) -> Checkpoint {
-        Checkpoint {
-            position: BinlogPosition { file: file.into(), pos, gtid: gtid.map(Into::into), commit_time: None },
-            server_identity: identity.into(),
-            queue_counts: Default::default(),
-            queue_layouts: Default::default(),
-            acked_through: None,
-            owed_sweep: None,
-            queue_marks: QueueMarks::new(),
-        }
+        let position = BinlogPosition { file: file.into(), pos, gtid: gtid.map(Into::into), commit_time: None };
+        Checkpoint::at(position, identity.into(), Default::default(), Default::default())
     }
 
     #[test]
