@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Term, TermTiming};
 use crate::health::{Health, Part};
-use crate::store::{LeaseRecord, LeaseStore};
+use crate::store::{LeaseRecord, LeaseStore, HANDOVER_GRACE};
 
 /// How often a standby tries to take the lease: a released lease is taken within this.
 const TRY_EVERY: Duration = Duration::from_millis(250);
@@ -42,12 +42,14 @@ pub(crate) struct Standby<'a> {
 pub(crate) struct Watch {
     seen: Option<(LeaseRecord, Instant)>,
     not_before: Option<Instant>,
+    /// The name this instance holds the lease under.
+    me: String,
 }
 
 impl Watch {
-    /// A watch that takes nothing before `not_before`.
-    pub(crate) fn new(not_before: Option<Instant>) -> Self {
-        Self { seen: None, not_before }
+    /// A watch for the instance named `me` that takes nothing before `not_before`.
+    pub(crate) fn new(me: &str, not_before: Option<Instant>) -> Self {
+        Self { seen: None, not_before, me: me.to_owned() }
     }
 
     /// Whether `record`, read at `at`, may be taken: released by its leader, or the
@@ -60,7 +62,15 @@ impl Watch {
                 Duration::ZERO
             }
         };
-        let free = record.released || unchanged_for >= lease;
+        // A lease an operator ordered handed over from this instance goes to the others
+        // first, even when this instance lost it before it saw the order (and so did
+        // not release it, nor start its own grace): it takes it back only after the
+        // grace beyond a whole lease, released or not.
+        let free = if record.handed_over && record.holder == self.me {
+            unchanged_for >= lease + HANDOVER_GRACE
+        } else {
+            record.released || unchanged_for >= lease
+        };
         free && self.not_before.is_none_or(|not_before| at >= not_before)
     }
 }
@@ -70,7 +80,7 @@ pub(crate) async fn wait_for_lease(standby: Standby<'_>, shutdown: &Cancellation
     let Standby { lease, holder, timing, source, health, not_before } = standby;
     let mut announced = false;
     let mut attempt = 0u32;
-    let mut watch = Watch::new(not_before);
+    let mut watch = Watch::new(holder, not_before);
     loop {
         attempt = attempt.wrapping_add(1);
         health.beat();
@@ -182,10 +192,23 @@ mod tests {
         let t0 = Instant::now();
         let released = record(7, "1970-01-02 00:00:00.000", true);
         assert!(Watch::default().may_take(&released, t0, LEASE));
-        let mut handed_over = Watch::new(Some(t0 + HANDOVER));
+        let mut handed_over = Watch::new("relay-a", Some(t0 + HANDOVER_GRACE));
         assert!(!handed_over.may_take(&released, t0, LEASE));
-        assert!(handed_over.may_take(&released, t0 + HANDOVER, LEASE));
+        assert!(handed_over.may_take(&released, t0 + HANDOVER_GRACE, LEASE));
     }
 
-    const HANDOVER: Duration = Duration::from_secs(10);
+    #[test]
+    fn a_lease_ordered_handed_over_goes_to_the_others_first_even_if_its_holder_lost_it_unreleased() {
+        let t0 = Instant::now();
+        let ordered = record(7, "2026-12-07 10:00:10.000", false).handed_over();
+        let mut other = Watch::new("relay-b", None);
+        assert!(!other.may_take(&ordered, t0, LEASE));
+        assert!(other.may_take(&ordered, t0 + LEASE, LEASE), "another instance: after a whole lease");
+        let mut former = Watch::new("relay-a", None);
+        assert!(!former.may_take(&ordered, t0, LEASE));
+        assert!(!former.may_take(&ordered, t0 + LEASE, LEASE), "its own holder waits longer");
+        assert!(former.may_take(&ordered, t0 + LEASE + HANDOVER_GRACE, LEASE), "but takes it back if no one does");
+        let released = record(7, "1970-01-02 00:00:00.000", true).handed_over();
+        assert!(!Watch::new("relay-a", None).may_take(&released, t0, LEASE), "released after a restart, too");
+    }
 }

@@ -91,12 +91,19 @@ pub struct LeaseRecord {
     stamp: String,
     /// Released by its leader (or never taken): free to take at once.
     pub released: bool,
+    /// An operator ordered this term's leader to hand the lease over.
+    pub handed_over: bool,
 }
 
 impl LeaseRecord {
     /// A record as read: `stamp` is `lease_until` as text.
     pub fn new(holder: String, term: u64, stamp: String, released: bool) -> Self {
-        Self { holder, term, stamp, released }
+        Self { holder, term, stamp, released, handed_over: false }
+    }
+
+    /// The same record, whose term an operator ordered handed over.
+    pub fn handed_over(self) -> Self {
+        Self { handed_over: true, ..self }
     }
 }
 
@@ -137,17 +144,19 @@ impl LeaseStore {
     pub async fn observe(&self) -> Result<LeaseRecord, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
         let sql = format!(
-            "SELECT holder, term, CAST(lease_until AS CHAR), lease_until = '{RELEASED}' FROM {} WHERE name = ?",
+            "SELECT holder, term, CAST(lease_until AS CHAR), lease_until = '{RELEASED}', handover_term <=> term \
+             FROM {} WHERE name = ?",
             self.table
         );
-        type Row = (String, u64, String, bool);
+        type Row = (String, u64, String, bool, bool);
         let mut row: Option<Row> = conn.exec_first(&sql, (&self.name,)).await?;
         if row.is_none() {
             self.ensure_row(&mut conn).await?;
             row = conn.exec_first(&sql, (&self.name,)).await?;
         }
-        let (holder, term, stamp, released) = row.unwrap_or_default();
-        Ok(LeaseRecord::new(holder, term, stamp, released))
+        let (holder, term, stamp, released, handed_over) = row.unwrap_or_default();
+        let record = LeaseRecord::new(holder, term, stamp, released);
+        Ok(if handed_over { record.handed_over() } else { record })
     }
 
     /// Takes the lease for `holder` if the row is still the record `seen` (which the
