@@ -34,9 +34,10 @@ RUN apt-get update \
 COPY --from=build /src/target/release/outbox-relay /usr/local/bin/outbox-relay
 USER 10001
 VOLUME /var/lib/outbox-relay
-ENV OUTBOX_RELAY_CONFIG=/etc/outbox-relay/relay.toml \
-    OUTBOX_RELAY__CHECKPOINT__PATH=/var/lib/outbox-relay/checkpoint \
-    OUTBOX_RELAY__HTTP__LISTEN=0.0.0.0:9464
+# Where the configuration is looked for; nothing of it is set here: an environment
+# variable would silently win over the mounted file (the shipped configurations set
+# checkpoint.path to the volume and http.listen to 0.0.0.0:9464).
+ENV OUTBOX_RELAY_CONFIG=/etc/outbox-relay/relay.toml
 EXPOSE 9464
 STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \

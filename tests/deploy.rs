@@ -248,6 +248,16 @@ fn prometheus_rule(alerts: &str) -> String {
     )
 }
 
+/// The image names where the configuration is, and sets none of its keys: an
+/// `OUTBOX_RELAY__...` variable would silently win over the file users mount.
+#[test]
+fn the_image_overrides_no_key_of_the_mounted_configuration() {
+    let dockerfile = repo_file("Dockerfile");
+    let overrides: Vec<&str> = dockerfile.lines().filter(|line| line.contains("OUTBOX_RELAY__")).collect();
+    assert!(overrides.is_empty(), "the Dockerfile sets configuration keys: {overrides:?}");
+    assert!(dockerfile.contains("ENV OUTBOX_RELAY_CONFIG=/etc/outbox-relay/relay.toml"), "where the file is mounted");
+}
+
 #[test]
 fn the_image_is_built_with_the_readmes_build_command() {
     assert!(repo_file("README.md").contains(BUILD_COMMAND), "the README gives the build command");
