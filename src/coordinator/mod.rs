@@ -351,6 +351,9 @@ impl Coordinator {
             if from_binlog && self.sent_before(slot, &event, seq, progress) {
                 continue;
             }
+            // Only binlog events move a queue's mark: a replay of the binlog never
+            // meets a swept row that was not in it, and would skip that queue for good.
+            let slot = slot.filter(|_| from_binlog);
             let attempts = match failures_before.get(index) {
                 Some(&failures_before) => Attempts::Once { failures_before },
                 None => Attempts::InPlace,
