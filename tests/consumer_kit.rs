@@ -15,14 +15,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::consumer_db::benefits_db;
 use common::{eventually, fresh_topic, throughout, unique, Stack, TEST_TOPIC_QUEUES};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Transaction};
 use outbox_kit::consumer::guards::advance_version;
 use outbox_kit::consumer::retention;
 use outbox_kit::consumer::{
-    schema, ConsumerMetrics, Consumption, DedupKey, Delivery, EventHandler, HandlerError, HandlerFuture,
-    IdempotentConsumer, StartFrom, Subscription,
+    ConsumerMetrics, Consumption, DedupKey, Delivery, EventHandler, HandlerError, HandlerFuture, IdempotentConsumer,
+    StartFrom, Subscription,
 };
 use outbox_relay::config::HashFunction;
 use outbox_relay::event::OutboxEvent;
@@ -83,23 +84,6 @@ impl EventHandler for Benefits {
     }
 }
 
-/// A fresh consumer database with the kit's tables and the business table.
-async fn consumer_db(stack: &Stack) -> Pool {
-    let root = stack.root_pool().await;
-    let db = unique("kit");
-    root.get_conn().await.expect("conn").query_drop(format!("CREATE DATABASE `{db}`")).await.expect("create db");
-    let url = stack.root_url.replacen("/app", &format!("/{db}"), 1);
-    let pool = Pool::new(url.as_str());
-    schema::migrate(&pool).await.expect("kit schema");
-    pool.get_conn()
-        .await
-        .expect("conn")
-        .query_drop("CREATE TABLE benefits (id BIGINT PRIMARY KEY AUTO_INCREMENT, order_id BIGINT NOT NULL, event_id VARCHAR(64) NOT NULL)")
-        .await
-        .expect("benefits table");
-    pool
-}
-
 async fn count(pool: &Pool, sql: &str) -> u64 {
     pool.get_conn().await.expect("conn").query_first::<u64, _>(sql).await.expect(sql).unwrap_or(0)
 }
@@ -114,7 +98,7 @@ struct Kit {
 impl Kit {
     async fn new() -> Self {
         let stack = Stack::from_env();
-        let pool = consumer_db(&stack).await;
+        let pool = benefits_db(&stack).await;
         let topic = fresh_topic(&stack).await;
         let producer = stack.producer("kit_producer").await;
         Self { stack, pool, topic, producer }
@@ -470,7 +454,7 @@ async fn orderly_consumption_applies_every_keys_events_in_order_once_despite_ret
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dedup_cleanup_deletes_only_rows_older_than_the_retention() {
     let stack = Stack::from_env();
-    let pool = consumer_db(&stack).await;
+    let pool = benefits_db(&stack).await;
     let mut conn = pool.get_conn().await.expect("conn");
     conn.query_drop(
         "INSERT INTO event_dedup (event_id, status, created_at) VALUES \

@@ -7,11 +7,11 @@ mod common;
 use std::time::Duration;
 
 use common::command::{cli_with, stdout};
+use common::consumer_db::consumer_db;
+use common::eventually;
 use common::scenario::Scenario;
-use common::{eventually, unique, Stack};
 use mysql_async::prelude::Queryable;
 use mysql_async::Pool;
-use outbox_kit::consumer::schema;
 
 /// A msg_id of the client's form that no broker ever stored.
 const FORGED_MSG_ID: &str = "7F0000010000000000000000FFFFFFFF";
@@ -49,23 +49,6 @@ async fn a_sent_row_whose_msg_id_the_broker_never_stored_is_reported_and_genuine
     assert_eq!(missing, vec![forged], "{verified}");
     assert_eq!(verified["missing"][0]["msg_id"], FORGED_MSG_ID);
     scenario.finish(relay).await;
-}
-
-/// A database of its own with the consumer kit's tables; its name and a root pool.
-async fn consumer_db(stack: &Stack) -> (String, Pool) {
-    let name = unique("consumer");
-    stack
-        .root_pool()
-        .await
-        .get_conn()
-        .await
-        .expect("conn")
-        .query_drop(format!("CREATE DATABASE `{name}`"))
-        .await
-        .expect("create db");
-    let pool = Pool::new(stack.root_url.replacen("/app", &format!("/{name}"), 1).as_str());
-    schema::migrate(&pool).await.expect("the kit's tables");
-    (name, pool)
 }
 
 /// The report table's `(created, sent, unsent, unprocessed)` summed over `topic`'s hours.

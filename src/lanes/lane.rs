@@ -38,8 +38,8 @@ use crate::config::{Config, FailedKeyPolicy};
 use crate::fault;
 use crate::health::{Dependency, Health, Part};
 use crate::leader::Term;
-use crate::metrics::{FailReason, RelayMetrics, SendStatus};
-use crate::rocketmq::{check_size, prepare, ErrorClass, Prepared, PublishError, Publisher};
+use crate::metrics::{FailReason, RelayMetrics};
+use crate::rocketmq::{check_size, prepare, ErrorClass, Prepared, PublishError, Publisher, SendStatus};
 
 /// Per-message overhead assumed when sizing a batch (properties, headers).
 const MESSAGE_OVERHEAD: usize = 512;
@@ -296,7 +296,7 @@ impl Lane {
         let started = std::time::Instant::now();
         // Written, and waited for, only while the term holds: every send checks it first.
         let sent = self.publisher.send(&self.queue, batch, self.term.remaining()).await;
-        self.metrics.sent_batch(send_status(&sent), started.elapsed());
+        self.metrics.sent_batch(self.queue.broker_name(), send_status(&sent), started.elapsed());
         sent?;
         self.publisher.confirmed(self.queue.broker_name());
         self.outage.end();
@@ -446,7 +446,7 @@ pub async fn run_failing(
 fn send_status(sent: &Result<(), PublishError>) -> SendStatus {
     match sent {
         Ok(_) => SendStatus::SendOk,
-        Err(PublishError::NotSendOk { status }) => SendStatus::parse(status),
+        Err(PublishError::NotSendOk { status }) => *status,
         Err(_) => SendStatus::Error,
     }
 }

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 
-use crate::rocketmq::ErrorClass;
+use crate::rocketmq::{ErrorClass, SendStatus};
 
 /// Writes a label value by its name.
 macro_rules! label_value {
@@ -39,50 +39,6 @@ impl Path {
 }
 label_value!(Path);
 
-/// How the broker answered one synchronous send: RocketMQ's four send statuses, or
-/// an error instead of a status.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
-pub enum SendStatus {
-    SendOk,
-    FlushDiskTimeout,
-    FlushSlaveTimeout,
-    SlaveNotAvailable,
-    /// The send raised an error (refused, timed out, unreachable): no status.
-    Error,
-}
-
-impl SendStatus {
-    pub const ALL: [SendStatus; 5] = [
-        SendStatus::SendOk,
-        SendStatus::FlushDiskTimeout,
-        SendStatus::FlushSlaveTimeout,
-        SendStatus::SlaveNotAvailable,
-        SendStatus::Error,
-    ];
-
-    /// RocketMQ's own spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            SendStatus::SendOk => "SEND_OK",
-            SendStatus::FlushDiskTimeout => "FLUSH_DISK_TIMEOUT",
-            SendStatus::FlushSlaveTimeout => "FLUSH_SLAVE_TIMEOUT",
-            SendStatus::SlaveNotAvailable => "SLAVE_NOT_AVAILABLE",
-            SendStatus::Error => "ERROR",
-        }
-    }
-
-    /// The status a broker answered as text (the client's debug name or RocketMQ's).
-    pub fn parse(status: &str) -> Self {
-        let plain: String = status.chars().filter(char::is_ascii_alphanumeric).collect::<String>().to_lowercase();
-        match plain.as_str() {
-            "sendok" => SendStatus::SendOk,
-            "flushdisktimeout" => SendStatus::FlushDiskTimeout,
-            "flushslavetimeout" => SendStatus::FlushSlaveTimeout,
-            "slavenotavailable" => SendStatus::SlaveNotAvailable,
-            _ => SendStatus::Error,
-        }
-    }
-}
 label_value!(SendStatus);
 
 /// Why an event was marked FAILED.
@@ -186,6 +142,13 @@ pub struct SendStatusLabel {
     pub status: SendStatus,
 }
 
+/// A broker and one of its answers.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BrokerAnswerLabel {
+    pub broker: String,
+    pub status: SendStatus,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClassLabel {
     pub class: ErrorClass,
@@ -223,18 +186,4 @@ pub struct BrokerLabel {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabel {
     pub version: &'static str,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn broker_statuses_parse_in_either_spelling() {
-        assert_eq!(SendStatus::parse("FLUSH_DISK_TIMEOUT"), SendStatus::FlushDiskTimeout);
-        assert_eq!(SendStatus::parse("FlushSlaveTimeout"), SendStatus::FlushSlaveTimeout);
-        assert_eq!(SendStatus::parse("SlaveNotAvailable"), SendStatus::SlaveNotAvailable);
-        assert_eq!(SendStatus::parse("SendOk"), SendStatus::SendOk);
-        assert_eq!(SendStatus::parse("something new"), SendStatus::Error);
-    }
 }

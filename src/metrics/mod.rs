@@ -27,10 +27,10 @@ use prometheus_client::registry::Registry;
 
 use histogram::LatencyHistogram;
 use labels::{
-    BrokerLabel, BuildLabel, ClassLabel, MissLabel, PathLabel, QueueLabel, ReasonLabel, RowStatusLabel, RowStatusValue,
-    SendStatusLabel,
+    BrokerAnswerLabel, BrokerLabel, BuildLabel, ClassLabel, MissLabel, PathLabel, QueueLabel, ReasonLabel,
+    RowStatusLabel, RowStatusValue, SendStatusLabel,
 };
-pub use labels::{FailReason, Path, SendStatus, WriteMiss};
+pub use labels::{FailReason, Path, WriteMiss};
 pub use lag::{Ages, LagClocks};
 pub use upkeep::UpkeepMetrics;
 
@@ -39,7 +39,7 @@ pub fn gauge_value(count: impl TryInto<i64>) -> i64 {
     count.try_into().unwrap_or(i64::MAX)
 }
 
-use crate::rocketmq::ErrorClass;
+use crate::rocketmq::{ErrorClass, SendStatus};
 
 /// A gauge of fractional values (seconds, bytes), NaN when not known.
 pub type FloatGauge = Gauge<f64, AtomicU64>;
@@ -60,6 +60,7 @@ pub struct RelayMetrics {
     published: Family<PathLabel, Counter>,
     read: Family<PathLabel, Counter>,
     send_status: Family<SendStatusLabel, Counter>,
+    slave_unconfirmed: Family<BrokerAnswerLabel, Counter>,
     retries: Family<ClassLabel, Counter>,
     failed: Family<ReasonLabel, Counter>,
     write_misses: Family<MissLabel, Counter>,
@@ -124,6 +125,7 @@ impl RelayMetrics {
             published: Family::default(),
             read: Family::default(),
             send_status: Family::default(),
+            slave_unconfirmed: Family::default(),
             retries: Family::default(),
             failed: Family::default(),
             write_misses: Family::default(),
@@ -192,6 +194,11 @@ impl RelayMetrics {
             "relay_send_batches",
             "Synchronous batch sends by the broker's answer (SEND_OK, FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE; ERROR: no status)",
             self.send_status.clone(),
+        );
+        registry.register(
+            "relay_broker_slave_unconfirmed",
+            "Batch sends a master broker stored but whose slave did not confirm them (FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE), by broker: held and sent again; the broker's slave is down or behind",
+            self.slave_unconfirmed.clone(),
         );
         registry.register(
             "relay_batch_retries",
@@ -338,9 +345,12 @@ impl RelayMetrics {
         self.failed.get_or_create(&ReasonLabel { reason }).inc_by(events as u64);
     }
 
-    /// Counts one batch send by how the broker answered, and how long it took.
-    pub fn sent_batch(&self, status: SendStatus, took: Duration) {
+    /// Counts one batch send to `broker` by how it answered, and how long it took.
+    pub fn sent_batch(&self, broker: &str, status: SendStatus, took: Duration) {
         self.send_status.get_or_create(&SendStatusLabel { status }).inc();
+        if status.slave_unconfirmed() {
+            self.slave_unconfirmed.get_or_create(&BrokerAnswerLabel { broker: broker.to_owned(), status }).inc();
+        }
         self.send_seconds.observe(took.as_secs_f64());
     }
 

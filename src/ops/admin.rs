@@ -204,7 +204,7 @@ async fn found_by_key(
         }
         if started.elapsed() >= within {
             return Err(PublishError::Cluster {
-                detail: format!("broker {broker} stored probe {key} (SEND_OK) but its key index did not find it within {within:?}: the broker stopped indexing (RocketMQ-Rust 1.0.0 does after some abnormal exits); restart it with a fresh store (scripts/stack does this by itself)"),
+                detail: format!("broker {broker} stored probe {key} (SEND_OK) but its key index did not find it within {within:?}: the broker does not index keys (messageIndexEnable = false) or its index dispatch is behind; read the broker's log"),
             });
         }
         tokio::time::sleep(Duration::from_millis(250)).await;

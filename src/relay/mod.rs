@@ -8,6 +8,7 @@
 //! `checkpoint`, `store`); besides the wiring it keeps only what a term starts from
 //! (`start`: the checkpoint to resume at) and the leader's database pollers (`gauges`).
 
+mod credentials;
 mod gauges;
 mod pipeline;
 mod roll_call;
@@ -112,6 +113,7 @@ pub async fn run(config: &Config, client: Arc<ClientRuntime>, shutdown: Cancella
         )
         .await?,
     );
+    credentials::check(&publisher, config).await?;
     let warm = Warm { outbox, primary, write_backs, binlog, claims, publisher, lease };
     let result = serve(config, &warm, shutdown).await;
     shutdown_publisher(warm.publisher).await;

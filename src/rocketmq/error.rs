@@ -20,6 +20,7 @@ use rocketmq_client_rust::ClientError;
 use rocketmq_error::CanonicalCondition;
 
 use super::layout::LayoutChanged;
+use super::SendStatus;
 
 /// What a failed send says about the broker and the event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,8 +49,8 @@ impl ErrorClass {
 /// A send that did not end in SEND_OK.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum PublishError {
-    #[error("broker answered {status} (not SEND_OK): the message is not confirmed stored")]
-    NotSendOk { status: String },
+    #[error("broker answered {status} (not SEND_OK): {}", status.meaning())]
+    NotSendOk { status: SendStatus },
     #[error(
         "topic {topic} does not exist on the cluster: create it with {queue_count} queues, or fix the row's topic"
     )]
@@ -70,7 +71,7 @@ pub enum PublishError {
     #[error(
         "RocketMQ {operation} failed{}: {detail}{}",
         code.map(|c| format!(" (broker code {c})")).unwrap_or_default(),
-        code.and_then(codes::hint).map(|hint| format!("; {hint}")).unwrap_or_default()
+        code.and_then(|code| codes::hint(code, detail)).map(|hint| format!("; {hint}")).unwrap_or_default()
     )]
     Client {
         operation: &'static str,
@@ -106,10 +107,23 @@ mod codes {
         10_003,
     ];
 
+    /// Whether an answer's text is what a broker that enforces ACL (Apache RocketMQ
+    /// 5.x) says, under NO_PERMISSION, of a request whose credentials it does not accept:
+    /// a wrong secret, no keys, an unknown or disabled user. (The client reports some
+    /// refusals with the code in the text only, so the text decides.)
+    pub fn refuses_credentials(detail: &str) -> bool {
+        let user_refused =
+            detail.contains("User:") && (detail.contains("is not found") || detail.contains("is disabled"));
+        detail.contains("check signature failed") || detail.contains("username cannot be null") || user_refused
+    }
+
     /// What an operator can do about an answer whose own text says little (the broker
     /// answers a full store disk with a bare "operation failed").
-    pub fn hint(code: i32) -> Option<&'static str> {
+    pub fn hint(code: i32, detail: &str) -> Option<&'static str> {
         match code {
+            _ if refuses_credentials(detail) => Some(
+                "the broker enforces ACL and does not accept the relay's credentials: set rocketmq.access_key and rocketmq.secret_key (or secret_key_file) to a user of the cluster (mqadmin getUser -u KEY shows one)",
+            ),
             SYSTEM_BUSY | SERVICE_NOT_AVAILABLE => Some(
                 "the broker refuses writes for now: most often its store disk counts as full (used = 1 - available/size, over diskSpaceWarningLevelRatio, 90% by default; it takes writes again below 85%), else its page cache is busy; free space on the broker's store disk and read the broker's log",
             ),
@@ -159,6 +173,27 @@ impl PublishError {
             && matches!(condition, CanonicalCondition::Unavailable | CanonicalCondition::DeadlineExceeded);
         let class = classify(code, descriptor.code().as_str(), condition);
         PublishError::Client { operation, code, detail, class, unreachable }
+    }
+
+    /// The broker's response code, when the failure is an answer of the broker.
+    pub fn broker_code(&self) -> Option<i32> {
+        match self {
+            PublishError::Client { code, .. } => *code,
+            _ => None,
+        }
+    }
+
+    /// Whether a broker that enforces ACL refused the request's credentials.
+    pub fn credentials_refused(&self) -> bool {
+        matches!(self, PublishError::Client { detail, .. } if codes::refuses_credentials(detail))
+    }
+
+    /// The failure with the broker's own words added (the client keeps only the code).
+    pub(crate) fn with_remark(mut self, remark: Option<&str>) -> Self {
+        if let (PublishError::Client { detail, .. }, Some(remark)) = (&mut self, remark.filter(|r| !r.is_empty())) {
+            detail.push_str(&format!("; the broker says: {remark}"));
+        }
+        self
     }
 
     /// Whether the failure was a connection to a broker that could not be made.
@@ -220,7 +255,7 @@ mod tests {
         for condition in [CanonicalCondition::Unavailable, CanonicalCondition::DeadlineExceeded] {
             assert_eq!(classify(None, "transport.connection.failed", condition), ErrorClass::Outage, "{condition:?}");
         }
-        assert_eq!(PublishError::NotSendOk { status: "FLUSH_DISK_TIMEOUT".into() }.class(), ErrorClass::Outage);
+        assert_eq!(PublishError::NotSendOk { status: SendStatus::FlushDiskTimeout }.class(), ErrorClass::Outage);
     }
 
     #[test]
@@ -254,6 +289,16 @@ mod tests {
             assert!(full_disk.contains(needed), "{needed} missing from: {full_disk}");
         }
         assert!(refused(16).to_string().contains("brokerPermission"));
+        let signature = PublishError::Client {
+            operation: "send",
+            code: Some(16),
+            detail: "broker.operation.failed: check signature failed. [permission_denied]".into(),
+            class: ErrorClass::Outage,
+            unreachable: false,
+        };
+        assert!(signature.credentials_refused());
+        assert!(signature.to_string().contains("rocketmq.secret_key"), "{signature}");
+        assert!(!refused(16).credentials_refused(), "a read-only broker refuses no credentials");
         assert!(!refused(1).to_string().contains("; "), "no hint where none is known: {}", refused(1));
     }
 

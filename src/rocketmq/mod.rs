@@ -12,6 +12,7 @@ mod prepared;
 mod producer;
 mod publisher;
 mod request;
+mod status;
 
 pub use error::{classify, ErrorClass, PublishError};
 pub use layout::{LayoutChanged, QueueLayout, Resolved};
@@ -20,3 +21,4 @@ pub use outbox_kit::{client_config, full_message, ClientHost};
 pub use prepared::{prepare, Prepared};
 pub use producer::{Producer, ProducerSettings, SendReceipt};
 pub use publisher::{Publisher, PROBE_EVERY};
+pub use status::SendStatus;

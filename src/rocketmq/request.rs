@@ -15,7 +15,6 @@
 use cheetah_string::CheetahString;
 use rocketmq_client_rust::ClientError;
 use rocketmq_model::common::topic::TopicValidator;
-use rocketmq_model::result::SendStatus;
 use rocketmq_protocol::code::request_code::RequestCode;
 use rocketmq_protocol::code::response_code::ResponseCode;
 use rocketmq_protocol::protocol::header::message_operation_header::send_message_request_header_v2::SendMessageRequestHeaderV2;
@@ -24,7 +23,7 @@ use rocketmq_protocol::rpc::rpc_request_header::RpcRequestHeader;
 use rocketmq_protocol::rpc::topic_request_header::TopicRequestHeader;
 
 use super::prepared::{Prepared, Shape};
-use super::PublishError;
+use super::{PublishError, SendStatus};
 
 /// The queue count a broker would give a topic it creates on first send; the relay's
 /// topics exist beforehand, so the broker never uses it.
@@ -67,21 +66,28 @@ pub(super) fn send_request(batch: &Prepared, to: &Destination<'_>) -> RemotingCo
     RemotingCommand::create_request_command(code, header).set_body(batch.body.clone())
 }
 
+/// The remark of a master that refuses a write before storing it because fewer of its
+/// replicas are in sync than it must wait for (a broker with `enableSlaveActingMaster`
+/// or in controller mode whose slave is down), under a bare SYSTEM_ERROR code.
+const IN_SYNC_REPLICAS_NOT_ENOUGH: &str = "in-sync replicas not enough";
+
 /// `Ok` only on SEND_OK. The store's and replica's timeouts are answers, not errors,
-/// and are reported as such; any other code is the broker's refusal, classified.
+/// and are reported as such, as is a master refusing for want of in-sync replicas;
+/// any other code is the broker's refusal, classified.
 pub(super) fn answer(code: i32, remark: Option<&str>, broker_address: &str) -> Result<(), PublishError> {
     let status = match ResponseCode::from(code) {
         ResponseCode::Success => return Ok(()),
         ResponseCode::FlushDiskTimeout => SendStatus::FlushDiskTimeout,
         ResponseCode::FlushSlaveTimeout => SendStatus::FlushSlaveTimeout,
         ResponseCode::SlaveNotAvailable => SendStatus::SlaveNotAvailable,
+        ResponseCode::SystemError if remark == Some(IN_SYNC_REPLICAS_NOT_ENOUGH) => SendStatus::SlaveNotAvailable,
         _ => {
             let refusal = ClientError::broker_operation_failed("BROKER_OPERATION", code, remark.unwrap_or_default())
                 .with_broker_addr(broker_address);
-            return Err(PublishError::from_client("send", &refusal));
+            return Err(PublishError::from_client("send", &refusal).with_remark(remark));
         }
     };
-    Err(PublishError::NotSendOk { status: status.to_string() })
+    Err(PublishError::NotSendOk { status })
 }
 
 #[cfg(test)]
@@ -141,6 +147,13 @@ mod tests {
             assert!(error.to_string().contains(status), "{error}");
             assert_eq!(error.class(), ErrorClass::Outage);
         }
+        for code in [11, 12] {
+            let error = answer(code, None, "b:10911").err().expect("not SEND_OK").to_string();
+            assert!(error.contains("its slave did not confirm it"), "{error}");
+        }
+        let no_replicas = answer(1, Some("in-sync replicas not enough"), "b:10911").err().expect("refused");
+        assert!(no_replicas.to_string().contains("SLAVE_NOT_AVAILABLE"), "{no_replicas}");
+        assert_eq!(no_replicas.class(), ErrorClass::Outage);
         let illegal = answer(13, Some("the message is illegal"), "b:10911").err().expect("refused");
         assert_eq!(illegal.class(), ErrorClass::Event);
         assert!(illegal.to_string().contains("(broker code 13)"), "{illegal}");
@@ -148,5 +161,8 @@ mod tests {
         assert_eq!(busy.class(), ErrorClass::Outage);
         assert!(busy.to_string().contains("diskSpaceWarningLevelRatio"), "{busy}");
         assert_eq!(answer(1, Some("?"), "b:10911").err().map(|e| e.class()), Some(ErrorClass::Unknown));
+        let refused = answer(16, Some("check signature failed."), "b:10911").err().expect("refused");
+        assert!(refused.credentials_refused(), "{refused}");
+        assert!(refused.to_string().contains("the broker says: check signature failed."), "{refused}");
     }
 }

@@ -12,8 +12,7 @@ pub struct Collector {
 
 impl Collector {
     /// Subscribes a fresh consumer group to `topic`, asking for messages stored since a
-    /// minute before now. (The Rust broker 1.0.0 may start such a group at the
-    /// beginning of the queue anyway: tests give each consumer a topic of its own.)
+    /// minute before now (tests give each consumer a topic of its own besides).
     /// It consumes concurrently: it only records, and the relay tests judge order by
     /// the queue offsets the deliveries carry, not by their arrival.
     pub async fn start(namesrv: &str, topic: &str, group: &str) -> Self {

@@ -6,8 +6,10 @@
 
 pub mod collector;
 pub mod command;
+pub mod consumer_db;
 pub mod events;
 pub mod load;
+pub mod mqadmin;
 pub mod outbox;
 pub mod relay;
 pub mod scenario;

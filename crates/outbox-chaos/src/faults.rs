@@ -31,6 +31,12 @@ pub(crate) async fn inject(stack: &Stack, fleet: &mut Fleet, fault: &Planned) ->
         FaultKind::BrokerBKill => restart(stack, StackProcess::BrokerB, fault.hold).await?,
         FaultKind::NamesrvRestart => restart(stack, StackProcess::NameServer, fault.hold).await?,
         FaultKind::PrimaryKill => restart(stack, StackProcess::Primary, fault.hold).await?,
+        FaultKind::SlaveKill => restart(stack, StackProcess::BrokerASlave, fault.hold).await?,
+        FaultKind::SlaveStall => {
+            stack.signal(StackProcess::BrokerASlave, "-STOP").await?;
+            hold().await;
+            stack.signal(StackProcess::BrokerASlave, "-CONT").await?;
+        }
         FaultKind::ReplicaSqlStop | FaultKind::ReplicaLag => {
             let source = &stack.replicas[fleet.source()].root_url;
             stack.sql(source, "STOP SLAVE SQL_THREAD").await?;

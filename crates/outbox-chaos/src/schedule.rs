@@ -50,10 +50,16 @@ pub enum FaultKind {
     /// The primary's time zone moved an hour for a while (`SET GLOBAL time_zone`):
     /// connections opened meanwhile read its clock an hour off.
     TimeZoneShift,
+    /// SIGKILL of broker-a's slave, restarted after a while: broker-a, a SYNC_MASTER,
+    /// cannot have its sends confirmed meanwhile, so its keys wait.
+    SlaveKill,
+    /// SIGSTOP of broker-a's slave, then SIGCONT: a slave whose store falls behind
+    /// and catches up.
+    SlaveStall,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 17] = [
+    pub const ALL: [FaultKind; 19] = [
         FaultKind::RelayKill,
         FaultKind::RelayPause,
         FaultKind::BrokerKill,
@@ -71,6 +77,8 @@ impl FaultKind {
         FaultKind::PositionForce,
         FaultKind::FirstStartCut,
         FaultKind::TimeZoneShift,
+        FaultKind::SlaveKill,
+        FaultKind::SlaveStall,
     ];
 
     pub fn name(self) -> &'static str {
@@ -92,6 +100,8 @@ impl FaultKind {
             FaultKind::PositionForce => "position set --force",
             FaultKind::FirstStartCut => "first start's sweep killed",
             FaultKind::TimeZoneShift => "primary time zone +1 h",
+            FaultKind::SlaveKill => "broker-a's slave SIGKILL",
+            FaultKind::SlaveStall => "broker-a's slave SIGSTOP",
         }
     }
 
@@ -118,6 +128,8 @@ impl FaultKind {
             // How far into its first start the leader is killed.
             FaultKind::FirstStartCut => 500..=3_000,
             FaultKind::TimeZoneShift => 5_000..=15_000,
+            FaultKind::SlaveKill => 5_000..=20_000,
+            FaultKind::SlaveStall => 3_000..=10_000,
         }
     }
 }

@@ -21,6 +21,8 @@ pub(crate) enum StackProcess {
     Broker,
     /// broker-b of the cluster.
     BrokerB,
+    /// broker-a's slave.
+    BrokerASlave,
 }
 
 impl StackProcess {
@@ -30,6 +32,7 @@ impl StackProcess {
             StackProcess::NameServer => "namesrv.pid",
             StackProcess::Broker => "broker.pid",
             StackProcess::BrokerB => "broker-b.pid",
+            StackProcess::BrokerASlave => "broker-a-slave.pid",
         }
     }
 }
@@ -83,15 +86,20 @@ impl Stack {
 
     /// SIGKILL of `process`.
     pub(crate) async fn kill(&self, process: StackProcess) -> anyhow::Result<()> {
+        self.signal(process, "-KILL").await
+    }
+
+    /// Sends `signal` (`-KILL`, `-STOP`, `-CONT`) to `process`.
+    pub(crate) async fn signal(&self, process: StackProcess, signal: &str) -> anyhow::Result<()> {
         let file = self.state.join(process.pid_file());
         let pid = std::fs::read_to_string(&file).with_context(|| format!("read {}", file.display()))?;
-        let status = tokio::process::Command::new("kill").args(["-KILL", pid.trim()]).status().await?;
-        anyhow::ensure!(status.success(), "kill -KILL {} ({process:?}) failed", pid.trim());
+        let status = tokio::process::Command::new("kill").args([signal, pid.trim()]).status().await?;
+        anyhow::ensure!(status.success(), "kill {signal} {} ({process:?}) failed", pid.trim());
         Ok(())
     }
 
     /// `scripts/stack up`, tried up to three times: a stack process that died on its
-    /// own right after it started (seen once with the Rust NameServer) is started again.
+    /// own right after it started is started again.
     pub(crate) async fn up(&self) -> anyhow::Result<()> {
         let mut attempt = 1;
         loop {
