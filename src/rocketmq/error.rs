@@ -196,6 +196,14 @@ impl PublishError {
         self
     }
 
+    /// The failure, judged to be of `class` by what the broker said.
+    pub(crate) fn with_class(mut self, judged: ErrorClass) -> Self {
+        if let PublishError::Client { class, .. } = &mut self {
+            *class = judged;
+        }
+        self
+    }
+
     /// Whether the failure was a connection to a broker that could not be made.
     pub fn unreachable(&self) -> bool {
         matches!(self, PublishError::Client { unreachable: true, .. })

@@ -23,7 +23,7 @@ use rocketmq_protocol::rpc::rpc_request_header::RpcRequestHeader;
 use rocketmq_protocol::rpc::topic_request_header::TopicRequestHeader;
 
 use super::prepared::{Prepared, Shape};
-use super::{PublishError, SendStatus};
+use super::{ErrorClass, PublishError, SendStatus};
 
 /// The queue count a broker would give a topic it creates on first send; the relay's
 /// topics exist beforehand, so the broker never uses it.
@@ -71,6 +71,11 @@ pub(super) fn send_request(batch: &Prepared, to: &Destination<'_>) -> RemotingCo
 /// or in controller mode whose slave is down), under a bare SYSTEM_ERROR code.
 const IN_SYNC_REPLICAS_NOT_ENOUGH: &str = "in-sync replicas not enough";
 
+/// What an Apache RocketMQ broker says, under a bare SYSTEM_ERROR, of a send whose
+/// encoded size is over its `maxMessageSize` (a batch holding an oversized event):
+/// the events' fault, as MESSAGE_ILLEGAL is, so the batch is split to find them.
+const BODY_SIZE_EXCEEDED: &str = "message body size exceeded";
+
 /// `Ok` only on SEND_OK. The store's and replica's timeouts are answers, not errors,
 /// and are reported as such, as is a master refusing for want of in-sync replicas;
 /// any other code is the broker's refusal, classified.
@@ -84,7 +89,9 @@ pub(super) fn answer(code: i32, remark: Option<&str>, broker_address: &str) -> R
         _ => {
             let refusal = ClientError::broker_operation_failed("BROKER_OPERATION", code, remark.unwrap_or_default())
                 .with_broker_addr(broker_address);
-            return Err(PublishError::from_client("send", &refusal).with_remark(remark));
+            let error = PublishError::from_client("send", &refusal).with_remark(remark);
+            let oversized = remark.is_some_and(|said| said.contains(BODY_SIZE_EXCEEDED));
+            return Err(if oversized { error.with_class(ErrorClass::Event) } else { error });
         }
     };
     Err(PublishError::NotSendOk { status })
@@ -161,6 +168,9 @@ mod tests {
         assert_eq!(busy.class(), ErrorClass::Outage);
         assert!(busy.to_string().contains("diskSpaceWarningLevelRatio"), "{busy}");
         assert_eq!(answer(1, Some("?"), "b:10911").err().map(|e| e.class()), Some(ErrorClass::Unknown));
+        let too_large = "java.lang.RuntimeException: message body size exceeded, org.apache.rocketmq.store.MessageExtEncoder.encode";
+        let oversized = answer(1, Some(too_large), "b:10911").err().expect("refused");
+        assert_eq!(oversized.class(), ErrorClass::Event, "{oversized}");
         let refused = answer(16, Some("check signature failed."), "b:10911").err().expect("refused");
         assert!(refused.credentials_refused(), "{refused}");
         assert!(refused.to_string().contains("the broker says: check signature failed."), "{refused}");

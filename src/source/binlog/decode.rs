@@ -476,10 +476,10 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     //! Decoding real binlog files written by MariaDB and MySQL servers
-    //! (`../shared/fixtures/mysql-binlogs`, read-only test data beside the project,
-    //! and this project's own `tests/fixtures/binlog`).
+    //! (`tests/fixtures/mysql-binlogs`, published by other projects, and this
+    //! project's own `tests/fixtures/binlog`).
 
-    use super::super::fixtures::{fixture, inserts, keeping_every_column, own, rows_of, shared};
+    use super::super::fixtures::{fixture, inserts, keeping_every_column, own, published, rows_of};
     use super::*;
     use crate::source::Origin;
 
@@ -726,7 +726,7 @@ mod tests {
         // AS (json_col->'$.age')), without column names: the map says which is which.
         let columns = ColumnMap { id: 0, event_id: 2, biz_key: 2, topic: 2, payload: 1, created_at: None, count: 4 };
         let mut decoder = decoder("mysql", "t", "json.binlog.000001", NO_PARTS);
-        let handed_on = decode_all(&shared("json.binlog.000001"), &mut decoder, Some(columns));
+        let handed_on = decode_all(&published("json.binlog.000001"), &mut decoder, Some(columns));
         let joe = r#"{"age": 24, "data": "xxxxxxxxxx", "name": "Joe"}"#;
         let sue = r#"{"age": 32, "data": "yyyyyyyyyy", "name": "Sue"}"#;
         let pete = r#"{"age": 40, "data": "zzzzzzzzzz", "name": "Pete"}"#;
@@ -761,7 +761,7 @@ mod tests {
     fn mysql_only_json_values_print_as_mysql_prints_them() {
         // foo.test(a JSON): opaque values (a VARCHAR, temporal types, decimals) inside JSON.
         assert_eq!(
-            json_payloads(&shared("json-opaque.binlog"), "foo", "test"),
+            json_payloads(&published("json-opaque.binlog"), "foo", "test"),
             [
                 r#"{"a": "base64:type15:VQ=="}"#,
                 r#"{"b": "2012-03-18"}"#,
@@ -782,7 +782,7 @@ mod tests {
         let columns =
             ColumnMap { id: 0, event_id: 1, biz_key: 4, topic: 10, payload: 9, created_at: Some(2), count: 20 };
         let mut test_table = decoder_after("a", "test_table_3", "76f3e7be-6720-11ed-9cad-0242ac110002:1-10");
-        let handed_on = decode_all(&shared("mysql-8.0.31-compressed.000057"), &mut test_table, Some(columns));
+        let handed_on = decode_all(&published("mysql-8.0.31-compressed.000057"), &mut test_table, Some(columns));
         assert_eq!(
             ends(&handed_on),
             [
@@ -805,11 +805,11 @@ mod tests {
         // (1). Read through as another table's; as the outbox, its value reaches the
         // row decoding, at the payload's position, and an integer is no event id.
         let mut compressed = decoder("test", "none", "binlog.000001", NO_PARTS);
-        let handed_on = decode_all(&shared("transaction_compression.000001"), &mut compressed, None);
+        let handed_on = decode_all(&published("transaction_compression.000001"), &mut compressed, None);
         assert_eq!(ends(&handed_on), [(431, None)]);
         let one_int = ColumnMap { id: 0, event_id: 0, biz_key: 0, topic: 0, payload: 0, created_at: None, count: 1 };
         let mut as_outbox = decoder("test", "tb1", "binlog.000001", NO_PARTS);
-        let error = try_decode_from(&shared("transaction_compression.000001"), 0, &mut as_outbox, Some(one_int))
+        let error = try_decode_from(&published("transaction_compression.000001"), 0, &mut as_outbox, Some(one_int))
             .expect_err("an integer is no event id");
         assert_eq!(
             error,
@@ -826,7 +826,7 @@ mod tests {
     fn mysql_gtids_grow_the_executed_set_transaction_by_transaction() {
         // MySQL 5.6: a DDL, an INSERT ended by a COMMIT query (no XID), a DROP.
         let mut decoder = decoder_after("test", "none", "00000000-0000-0000-0000-000000000001:1-5");
-        let handed_on = decode_all(&shared("binlog_transaction_with_GTID.000001"), &mut decoder, None);
+        let handed_on = decode_all(&published("binlog_transaction_with_GTID.000001"), &mut decoder, None);
         assert_eq!(
             ends(&handed_on),
             [
@@ -841,14 +841,14 @@ mod tests {
     fn tagged_mysql_gtids_give_positions_with_their_tag() {
         // MySQL 9.6: one transaction tagged `mytag` after `uuid:1-13:mytag:1-2`.
         let mut decoder = decoder_after("test", "none", "55778904-0299-11f1-b1b8-4ef0c4956feb:1-13:mytag:1-2");
-        let handed_on = decode_all(&shared("binlog_transaction_with_GTID_TAG.000001"), &mut decoder, None);
+        let handed_on = decode_all(&published("binlog_transaction_with_GTID_TAG.000001"), &mut decoder, None);
         assert_eq!(ends(&handed_on), [(541, Some("55778904-0299-11f1-b1b8-4ef0c4956feb:1-13:mytag:1-3"))]);
     }
 
     #[test]
     fn anonymous_gtids_give_positions_without_a_gtid() {
         let mut decoder = decoder("test", "none", "binlog.000001", NO_PARTS);
-        let handed_on = decode_all(&shared("binlog_transaction_with_anonymous_GTID.000001"), &mut decoder, None);
+        let handed_on = decode_all(&published("binlog_transaction_with_anonymous_GTID.000001"), &mut decoder, None);
         assert_eq!(ends(&handed_on), [(316, None), (590, None)]);
     }
 
@@ -856,14 +856,14 @@ mod tests {
     fn ndb_row_events_of_other_tables_and_partial_column_updates_are_read_through() {
         for (file, end) in [("write-full-row.binlog", 527), ("update-partial-row.binlog", 562)] {
             let mut decoder = decoder("test", "none", "binlog.000001", NO_PARTS);
-            let handed_on = decode_all(&shared(file), &mut decoder, None);
+            let handed_on = decode_all(&published(file), &mut decoder, None);
             assert_eq!(ends(&handed_on).last(), Some(&(end, None)), "{file}");
             assert!(handed_on.iter().all(|tx| tx.events.is_empty()), "{file}: rows of another table");
         }
         // The same rows as the outbox's: integer columns where text is needed are refused.
         let columns = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 2, created_at: None, count: 3 };
         let mut decoder = decoder("test", "ba", "binlog.000001", NO_PARTS);
-        let error = try_decode_from(&shared("write-full-row.binlog"), 0, &mut decoder, Some(columns))
+        let error = try_decode_from(&published("write-full-row.binlog"), 0, &mut decoder, Some(columns))
             .expect_err("integers are not event ids");
         // The WRITE_ROWS of test.ba ends at 428.
         assert!(matches!(&error, DecodeError::BadRow { column: "event_id", pos: 428, .. }), "{error}");
@@ -872,7 +872,7 @@ mod tests {
     #[test]
     fn mariadb_full_row_metadata_names_the_columns_and_a_table_without_outbox_columns_is_refused() {
         let mut first_map = None;
-        for event in fixture(&shared("mariadb-bin.000001")) {
+        for event in fixture(&published("mariadb-bin.000001")) {
             if let Ok(Some(EventData::TableMapEvent(table_map))) = event.expect("readable event").read_data() {
                 first_map.get_or_insert(columns::names_in(&table_map).expect("readable metadata"));
             }
@@ -881,7 +881,7 @@ mod tests {
         assert_eq!(first_map, Some(Some(names.to_vec())), "toddy_test.outbox as MariaDB 10.5 names it");
 
         let mut outbox = decoder("toddy_test", "outbox", "mariadb-bin.000001", NO_PARTS);
-        let error = try_decode_from(&shared("mariadb-bin.000001"), 0, &mut outbox, None).expect_err("no event_id");
+        let error = try_decode_from(&published("mariadb-bin.000001"), 0, &mut outbox, None).expect_err("no event_id");
         let DecodeError::MissingColumn { ref file, pos, column } = error else {
             panic!("not a missing column: {error}")
         };
@@ -895,7 +895,7 @@ mod tests {
         for created_at in [None, Some(3)] {
             let by_hand = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 3, created_at, count: 5 };
             let mut rows = Vec::new();
-            each_inserted_row(&shared("mariadb-bin.000001"), "toddy_test", "outbox", |decoder, row, _, pos| {
+            each_inserted_row(&published("mariadb-bin.000001"), "toddy_test", "outbox", |decoder, row, _, pos| {
                 let event = decoder.to_event(row, &by_hand, pos).expect("an outbox row");
                 rows.push((event.id, event.event_id, event.payload, pos));
             });
@@ -905,7 +905,7 @@ mod tests {
 
         // Another table's rows are read through, with MariaDB GTIDs and commit positions.
         let mut other_table = decoder("toddy_test", "not_the_outbox", "mariadb-bin.000001", NO_PARTS);
-        let handed_on = decode_all(&shared("mariadb-bin.000001"), &mut other_table, None);
+        let handed_on = decode_all(&published("mariadb-bin.000001"), &mut other_table, None);
         let with_gtid: Vec<(u64, Option<&str>)> = ends(&handed_on).into_iter().filter(|(_, g)| g.is_some()).collect();
         assert_eq!(with_gtid.last(), Some(&(1074, Some("0-1-2"))));
         assert!(with_gtid.contains(&(702, Some("0-1-1"))), "{with_gtid:?}");
@@ -915,7 +915,7 @@ mod tests {
     fn a_truncated_file_is_an_error_naming_where_the_unreadable_event_starts() {
         // The file header and 10 bytes of the first event's 19-byte header.
         let mut decoder = decoder("test", "none", "binlog_truncated_event.000001", NO_PARTS);
-        let error = try_decode_from(&shared("binlog_truncated_event.000001"), 0, &mut decoder, None)
+        let error = try_decode_from(&published("binlog_truncated_event.000001"), 0, &mut decoder, None)
             .expect_err("a cut event is never skipped");
         let DecodeError::Unreadable { ref file, pos, .. } = error else { panic!("not unreadable: {error}") };
         assert_eq!((file.as_str(), pos), ("binlog_truncated_event.000001", 4));
@@ -928,7 +928,7 @@ mod tests {
         // Positions in a relay log are those of the source's binlog, as the relay
         // addresses them: the bad event ends at the source's position 199.
         let mut decoder = decoder("test", "none", "corrupt-relay-bin.000624", NO_PARTS);
-        let error = try_decode_from(&shared("corrupt-relay-bin.000624"), 0, &mut decoder, None)
+        let error = try_decode_from(&published("corrupt-relay-bin.000624"), 0, &mut decoder, None)
             .expect_err("a corrupt event is never skipped");
         let DecodeError::Malformed { ref file, pos, .. } = error else { panic!("not malformed: {error}") };
         // The relay log's ROTATE names the source's file (mariadb-binlog shows it so).

@@ -1,7 +1,7 @@
-//! Real binlog files for the tests: those written by MariaDB and MySQL servers in
-//! `../shared/fixtures/mysql-binlogs` (read-only test data beside the project) and
-//! this project's own in `tests/fixtures/binlog`, read event by event as the relay's
-//! binlog stream yields them.
+//! Real binlog files for the tests: those written by MariaDB and MySQL servers that
+//! other projects published (`tests/fixtures/mysql-binlogs`, their source and licence
+//! in its README) and this project's own (`tests/fixtures/binlog`), read event by
+//! event as the relay's binlog stream yields them.
 
 use std::fs::File;
 use std::io::{self, BufReader, Cursor};
@@ -12,9 +12,9 @@ use mysql_common::binlog::{BinlogFileHeader, EventStreamReader};
 
 use super::row_image::RowLayout;
 
-/// The path of a shared fixture.
-pub fn shared(name: &str) -> String {
-    format!("{}/../shared/fixtures/mysql-binlogs/{name}", env!("CARGO_MANIFEST_DIR"))
+/// The path of a fixture another project published.
+pub fn published(name: &str) -> String {
+    format!("{}/tests/fixtures/mysql-binlogs/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
 /// The path of one of this project's fixtures.

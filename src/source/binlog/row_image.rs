@@ -232,7 +232,7 @@ fn invalid(detail: impl ToString) -> io::Error {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::{inserts, keeping_every_column, own, rows_of, shared};
+    use super::super::fixtures::{inserts, keeping_every_column, own, published, rows_of};
     use super::*;
 
     /// Every readable fixture: MariaDB and MySQL, with and without column names and
@@ -256,8 +256,8 @@ mod tests {
     #[test]
     fn every_value_is_read_as_mysql_commons_own_row_reader_reads_it() {
         let mut rows_compared = 0;
-        for (name, is_shared) in FIXTURES {
-            let path = if is_shared { shared(name) } else { own(name) };
+        for (name, is_published) in FIXTURES {
+            let path = if is_published { published(name) } else { own(name) };
             for (event, table_map) in inserts(&path) {
                 let rows = rows_of(&event);
                 let theirs: Vec<_> =
