@@ -34,11 +34,8 @@ pub(super) async fn check(publisher: &Publisher, config: &Config) -> Result<(), 
 /// gets only from a broker that enforces ACL and does not accept the credentials (or
 /// the user's rights), or an answer whose text says the credentials were refused.
 fn refused(error: &PublishError) -> bool {
-    error.credentials_refused() || error.broker_code() == Some(NO_PERMISSION)
+    error.credentials_refused() || error.no_permission()
 }
-
-/// RocketMQ's NO_PERMISSION response code.
-const NO_PERMISSION: i32 = 16;
 
 /// The start's refusal, naming the access key (never the secret) and the fix.
 fn refusal(config: &Config, broker: &str, topic: &str) -> String {

@@ -175,12 +175,10 @@ impl PublishError {
         PublishError::Client { operation, code, detail, class, unreachable }
     }
 
-    /// The broker's response code, when the failure is an answer of the broker.
-    pub fn broker_code(&self) -> Option<i32> {
-        match self {
-            PublishError::Client { code, .. } => *code,
-            _ => None,
-        }
+    /// Whether the broker answered NO_PERMISSION: a broker or topic that is not
+    /// writable, or (on a read, which nothing makes unwritable) an ACL refusal.
+    pub fn no_permission(&self) -> bool {
+        matches!(self, PublishError::Client { code: Some(codes::NO_PERMISSION), .. })
     }
 
     /// Whether a broker that enforces ACL refused the request's credentials.
