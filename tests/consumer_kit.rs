@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::consumer_db::benefits_db;
+use common::consumer_db::{benefits_db, count};
 use common::{eventually, fresh_topic, throughout, unique, Stack, TEST_TOPIC_QUEUES};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Transaction};
@@ -82,10 +82,6 @@ impl EventHandler for Benefits {
             Ok(())
         })
     }
-}
-
-async fn count(pool: &Pool, sql: &str) -> u64 {
-    pool.get_conn().await.expect("conn").query_first::<u64, _>(sql).await.expect(sql).unwrap_or(0)
 }
 
 struct Kit {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::command::{cli_with, stdout};
-use common::consumer_db::benefits_db;
+use common::consumer_db::{benefits_db, count};
 use common::mqadmin::{query_msg_by_key, Found};
 use common::outbox::TestOutbox;
 use common::relay::{RelayOptions, RelayProcess};
@@ -116,10 +116,6 @@ impl Shop {
     async fn status_of(&self, event_id: &str) -> Option<u8> {
         self.outbox.statuses().await.get(event_id).map(|(status, _)| *status)
     }
-}
-
-async fn count(pool: &Pool, sql: &str) -> u64 {
-    pool.get_conn().await.expect("conn").query_first::<u64, _>(sql).await.expect(sql).unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

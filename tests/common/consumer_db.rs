@@ -29,3 +29,8 @@ pub async fn benefits_db(stack: &Stack) -> Pool {
         .expect("benefits table");
     pool
 }
+
+/// The number the counting query `sql` returns on `pool` (0 for no row).
+pub async fn count(pool: &Pool, sql: &str) -> u64 {
+    pool.get_conn().await.expect("conn").query_first::<u64, _>(sql).await.expect(sql).unwrap_or(0)
+}
