@@ -83,9 +83,12 @@ async fn main() -> anyhow::Result<()> {
         tx.exec_drop("INSERT INTO orders (id, amount_cents, status) VALUES (?, ?, 'PAID')", (order_id, amount_cents))
             .await?;
         let paid = OrderPaid { r#type: "OrderPaid".into(), order_id, amount_cents };
-        let event_id =
-            enqueue(&mut tx, &outbox, NewEvent { topic: TOPIC, biz_key: &format!("order-{order_id}"), payload: &paid })
-                .await?;
+        let event_id = enqueue(
+            &mut tx,
+            &outbox,
+            NewEvent::new(TOPIC, &format!("order-{order_id}"), &paid).tag("PAID").event_type("OrderPaid"),
+        )
+        .await?;
         tx.commit().await?;
         event_ids.push(event_id);
     }

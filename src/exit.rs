@@ -21,6 +21,7 @@ use crate::ops::verify::NotOnBroker;
 use crate::rocketmq::PublishError;
 use crate::source::binlog::PreflightError;
 use crate::store::PartitionRefused;
+use crate::telemetry::TraceExportError;
 
 /// The classes of exit, each with its code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +64,7 @@ pub fn class_for(error: &(dyn std::error::Error + 'static)) -> ExitClass {
 }
 
 fn direct_class(e: &(dyn std::error::Error + 'static)) -> Option<ExitClass> {
-    if e.is::<ConfigError>() || e.is::<WindowError>() {
+    if e.is::<ConfigError>() || e.is::<WindowError>() || e.is::<TraceExportError>() {
         return Some(ExitClass::Config);
     }
     if e.is::<DifferencesFound>() || e.is::<NotOnBroker>() {

@@ -14,6 +14,7 @@
 //! - [`rocketmq`]: the synchronous producer (SEND_OK only);
 //! - [`ops`]: what operators run: checks, position, manual actions, status, reconcile,
 //!   topics and test sends;
+//! - [`telemetry`]: the spans of traced sends, exported over OTLP;
 //! - [`db`], [`event`], [`exit`]: connections, the outbox event, exit codes.
 //!
 //! One event's path, folder by folder: `source` (binlog reader or sweep, hand-off
@@ -26,7 +27,7 @@
 //! Imports point down this list, never up (`tests/structure.rs` checks it; the binary's
 //! `cli` sits above them all): `exit` → `relay` → `ops` → `coordinator` → `supervise` → `http` → `error` →
 //! `checkpoint` → `source` → `lanes` → `write_back` → `leader` → `health` → `store` →
-//! `metrics` → `rocketmq` → the leaves (`fault`, `findings`, `server`, `db`, `event`,
+//! `metrics` → `rocketmq` → `telemetry` → the leaves (`fault`, `findings`, `server`, `db`, `event`,
 //! `config`, `backoff`, `time`, `said_once`). A stage imports the types of the stages it hands to,
 //! so the pipeline's last stages sit lowest.
 
@@ -55,6 +56,7 @@ pub(crate) mod server;
 pub(crate) mod source;
 pub mod store;
 mod supervise;
+pub mod telemetry;
 pub(crate) mod time;
 pub(crate) mod write_back;
 

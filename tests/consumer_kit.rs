@@ -133,6 +133,7 @@ impl Kit {
             topic: self.topic.clone(),
             payload: Bytes::from(format!(r#"{{"type":"OrderPaid","order_id":{order_id}{extra}}}"#)),
             created_local_us: None,
+            extras: None,
         };
         self.producer.send_batch(&queues[0], std::slice::from_ref(&event)).await.expect("SEND_OK");
     }
@@ -410,6 +411,7 @@ async fn orderly_consumption_applies_every_keys_events_in_order_once_despite_ret
                     topic: kit.topic.clone(),
                     payload: Bytes::from(format!(r#"{{"seq":{seq}}}"#)),
                     created_local_us: None,
+                    extras: None,
                 })
                 .collect();
             let queue = &queues[queue_for(HashFunction::Stable, key, TEST_TOPIC_QUEUES) as usize];

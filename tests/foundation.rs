@@ -77,7 +77,21 @@ async fn migrate_twice_is_a_no_op_and_upgrades_a_seed_shaped_table() {
     .await
     .expect("seed table");
     let report = migrate(&pool, &seed, PartitionPlan::AsItIs).await.expect("migrate seed table");
-    assert_eq!(report.added, ["owner", "msg_id", "sent_at", "last_error", "idx_claim", "idx_key_order"]);
+    assert_eq!(
+        report.added,
+        [
+            "owner",
+            "msg_id",
+            "sent_at",
+            "last_error",
+            "tag",
+            "event_type",
+            "headers",
+            "deliver_at",
+            "idx_claim",
+            "idx_key_order"
+        ]
+    );
 }
 
 #[tokio::test]
@@ -99,6 +113,7 @@ async fn sync_send_is_send_ok_with_msg_id_and_a_real_consumer_gets_body_keys_and
         topic: topic.clone(),
         payload: Bytes::from_static(br#"{"order":77,"paid":true}"#),
         created_local_us: None,
+        extras: None,
     };
     let receipt = producer.send_batch(&queues[3], std::slice::from_ref(&event)).await.expect("SEND_OK");
     assert_eq!(receipt.msg_ids.len(), 1);
@@ -110,7 +125,7 @@ async fn sync_send_is_send_ok_with_msg_id_and_a_real_consumer_gets_body_keys_and
     })
     .await;
     assert_eq!(got.body, event.payload.to_vec());
-    assert_eq!(got.keys, event.event_id);
+    assert_eq!(got.keys, format!("{} {}", event.event_id, event.biz_key), "KEYS: the event id and the business key");
     assert_eq!(got.biz_key, event.biz_key);
     assert_eq!(got.queue_id, 3);
     assert_eq!(got.msg_id, receipt.msg_ids[0], "the consumer sees the message id fixed before the send");
@@ -369,7 +384,8 @@ async fn enqueue_commits_and_rolls_back_with_the_business_row() {
         let mut tx = conn.start_transaction(mysql_async::TxOpts::default()).await.expect("begin");
         tx.exec_drop(format!("INSERT INTO app.`{orders}` VALUES (?, 'paid')"), (order,)).await.expect("business row");
         let payload = serde_json::json!({ "order": order, "state": "paid" });
-        let event = outbox_kit::NewEvent { topic: &topic, biz_key: &format!("order-{order}"), payload: &payload };
+        let key = format!("order-{order}");
+        let event = outbox_kit::NewEvent::new(&topic, &key, &payload);
         enqueued.push(outbox_kit::enqueue(&mut tx, &outbox.table, event).await.expect("enqueue"));
         if commit {
             tx.commit().await.expect("commit");

@@ -46,6 +46,7 @@ const LAYERS: &[&str] = &[
     "store",
     "metrics",
     "rocketmq",
+    "telemetry",
     "fault",
     "findings",
     "server",

@@ -75,7 +75,8 @@ impl Shop {
         let mut tx = conn.start_transaction(mysql_async::TxOpts::default()).await.expect("begin");
         tx.exec_drop(format!("INSERT INTO {} VALUES (?, 'paid')", self.orders), (order,)).await.expect("order row");
         let payload = serde_json::json!({ "type": "OrderPaid", "order_id": order });
-        let event = outbox_kit::NewEvent { topic: &self.topic, biz_key: &format!("order-{order}"), payload: &payload };
+        let key = format!("order-{order}");
+        let event = outbox_kit::NewEvent::new(&self.topic, &key, &payload);
         let event_id = outbox_kit::enqueue(&mut tx, &self.outbox.table, event).await.expect("enqueue");
         if commit {
             tx.commit().await.expect("commit");

@@ -7,17 +7,24 @@ use outbox_relay::config::Config;
 use outbox_relay::exit;
 use outbox_relay::relay;
 use outbox_relay::rocketmq::ClientHost;
+use outbox_relay::telemetry::TraceExport;
 use rocketmq_client_rust::ClientRuntime;
 use tokio_util::sync::CancellationToken;
 
 /// Runs the relay until a stop signal or a failure.
 pub fn run(config: &Config) -> anyhow::Result<()> {
     without_huge_pages();
+    // Outside the runtime: the exporter's HTTP client blocks on a thread of its own.
+    let traces = TraceExport::start(&config.traces)?;
     // On the RocketMQ client's runtime, beside its producers (see `ClientHost::run`).
     let host = ClientHost::with_workers("relay", Some(config.runtime.worker_threads))
         .context("cannot start the async runtime")?;
     let client = host.runtime();
-    host.run(run_relay(config, client))
+    let ran = host.run(run_relay(config, client));
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
+    ran
 }
 
 /// Turns transparent huge pages off for this process. mimalloc asks the kernel for huge

@@ -89,6 +89,8 @@ pub struct Config {
     #[serde(default)]
     pub log: LogConfig,
     #[serde(default)]
+    pub traces: TracesConfig,
+    #[serde(default)]
     pub runtime: RuntimeConfig,
 }
 
@@ -170,6 +172,10 @@ pub struct RocketMqConfig {
     /// The broker's maxMessageSize; larger bodies are FAILED at once.
     #[serde(default = "defaults::max_message_bytes")]
     pub max_message_bytes: usize,
+    /// The broker's `timerMaxDelaySec`: a row whose `deliver_at` is further ahead is
+    /// FAILED at once.
+    #[serde(default = "defaults::timer_max_delay_s")]
+    pub timer_max_delay_s: u64,
     #[serde(default = "defaults::hash")]
     pub hash: HashFunction,
     /// Topics with pinned queue counts, keyed by topic name.
@@ -342,6 +348,23 @@ pub struct LogConfig {
     pub format: LogFormat,
     /// A tracing filter, e.g. `info` or `outbox_relay=debug,info`.
     pub level: String,
+}
+
+/// Spans of the sends of events whose headers carry a W3C trace context.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TracesConfig {
+    /// The OTLP/HTTP endpoint spans are exported to (`/v1/traces` is appended), e.g.
+    /// `http://otel-collector:4318`; none (the default): no spans are built.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` of the exported spans.
+    pub service_name: String,
+}
+
+impl Default for TracesConfig {
+    fn default() -> Self {
+        Self { otlp_endpoint: None, service_name: "outbox-relay".to_owned() }
+    }
 }
 
 /// Log line format.
@@ -529,6 +552,10 @@ mod defaults {
     }
     pub fn max_message_bytes() -> usize {
         4 * 1024 * 1024
+    }
+    /// Apache RocketMQ 5.x's default `timerMaxDelaySec`: three days.
+    pub fn timer_max_delay_s() -> u64 {
+        3 * 24 * 3600
     }
     pub fn hash() -> HashFunction {
         HashFunction::Stable

@@ -53,6 +53,15 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             "ip:port, e.g. 127.0.0.1:9464",
         ));
     }
+    if let Some(endpoint) = &config.traces.otlp_endpoint {
+        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            return Err(ConfigError::invalid(
+                "traces.otlp_endpoint",
+                format!("{endpoint:?}"),
+                "the collector's OTLP/HTTP address, e.g. http://otel-collector:4318 (or no key: no traces)",
+            ));
+        }
+    }
     if tracing_subscriber::EnvFilter::try_new(&config.log.level).is_err() {
         return Err(ConfigError::invalid(
             "log.level",

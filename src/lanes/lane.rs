@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use prometheus_client::metrics::gauge::Gauge;
 use rocketmq_model::common::message::message_queue::MessageQueue;
@@ -35,13 +35,17 @@ use super::outcome::{Attempts, LaneEvent};
 use super::recorder::Recorder;
 use crate::backoff::{Backoff, NextAttempt};
 use crate::config::{Config, FailedKeyPolicy};
+use crate::event::OutboxEvent;
 use crate::fault;
 use crate::health::{Dependency, Health, Part};
 use crate::leader::Term;
 use crate::metrics::{FailReason, RelayMetrics};
-use crate::rocketmq::{check_size, prepare, ErrorClass, Prepared, PublishError, Publisher, SendStatus};
+use crate::rocketmq::{
+    check_delivery_time, check_size, prepare, ErrorClass, Prepared, PublishError, Publisher, SendStatus,
+};
+use crate::telemetry::{record_send, SendOutcome};
 
-/// Per-message overhead assumed when sizing a batch (properties, headers).
+/// Per-message overhead assumed when sizing a batch (the usual properties).
 const MESSAGE_OVERHEAD: usize = 512;
 
 /// How often a lane tries again while the broker cannot take anything: from 200 ms
@@ -55,6 +59,8 @@ pub struct LaneSettings {
     pub linger: Duration,
     /// The broker's limit for one message, and for one batch.
     pub max_message_bytes: usize,
+    /// How far ahead the broker's timer takes a delivery time.
+    pub timer_max_delay: Duration,
     pub max_retry: u32,
     pub backoff: Backoff,
     pub failed_key_policy: FailedKeyPolicy,
@@ -67,6 +73,7 @@ impl LaneSettings {
             batch_size: config.lanes.batch_size,
             linger: Duration::from_millis(config.lanes.linger_ms),
             max_message_bytes: config.rocketmq.max_message_bytes,
+            timer_max_delay: Duration::from_secs(config.rocketmq.timer_max_delay_s),
             max_retry: config.retry.max_retry,
             backoff: config.retry.backoff(),
             failed_key_policy: config.retry.failed_key_policy,
@@ -147,7 +154,7 @@ impl Lane {
         linger: bool,
     ) -> Option<Vec<LaneEvent>> {
         let limit = self.settings.max_message_bytes;
-        let mut bytes = first.event.payload.len() + MESSAGE_OVERHEAD;
+        let mut bytes = batch_bytes(&first.event);
         let mut batch = vec![first];
         let deadline = tokio::time::Instant::now() + self.settings.linger;
         while batch.len() < self.settings.batch_size {
@@ -159,7 +166,7 @@ impl Lane {
                     _ => break,
                 },
             };
-            let size = next.event.payload.len() + MESSAGE_OVERHEAD;
+            let size = batch_bytes(&next.event);
             let other_kind = batch.first().is_some_and(|b| !b.attempts.same_kind(next.attempts));
             if bytes + size > limit || other_kind {
                 // It cannot join: it starts the next batch (order is kept by sending this one first).
@@ -176,7 +183,7 @@ impl Lane {
 
     /// Takes one batch to its end, part by part in order. `false` when stopped meanwhile.
     async fn deliver(&self, batch: Vec<LaneEvent>) -> bool {
-        let mut parts: VecDeque<Vec<LaneEvent>> = self.oversized_apart(batch).into();
+        let mut parts: VecDeque<Vec<LaneEvent>> = self.alone_apart(batch).into();
         while let Some(part) = parts.pop_front() {
             let Some(part) = self.leave_held(part).await else { return false };
             if part.is_empty() {
@@ -194,20 +201,32 @@ impl Lane {
         true
     }
 
-    /// The batch in order, with every event over the broker's size limit in a part of its own.
-    fn oversized_apart(&self, batch: Vec<LaneEvent>) -> Vec<Vec<LaneEvent>> {
+    /// The batch in order, with every event that goes alone in a part of its own: one
+    /// over the broker's size limit (failed alone) and a timer message (the broker
+    /// reads a delivery time only on a message sent by itself).
+    fn alone_apart(&self, batch: Vec<LaneEvent>) -> Vec<Vec<LaneEvent>> {
         let mut parts: Vec<Vec<LaneEvent>> = Vec::new();
         for event in batch {
             match parts.last_mut() {
-                Some(run) if self.fits(&event) && run.first().is_some_and(|e| self.fits(e)) => run.push(event),
+                Some(run) if self.batchable(&event) && run.first().is_some_and(|e| self.batchable(e)) => {
+                    run.push(event)
+                }
                 _ => parts.push(vec![event]),
             }
         }
         parts
     }
 
-    fn fits(&self, event: &LaneEvent) -> bool {
-        check_size(&event.event, self.settings.max_message_bytes).is_ok()
+    fn batchable(&self, event: &LaneEvent) -> bool {
+        !event.event.is_timed() && check_size(&event.event, self.settings.max_message_bytes).is_ok()
+    }
+
+    /// Why the broker would refuse the event leading `part` whatever else it holds.
+    fn refusal(&self, part: &[LaneEvent]) -> Option<PublishError> {
+        let event = &part.first()?.event;
+        check_size(event, self.settings.max_message_bytes)
+            .and_then(|()| check_delivery_time(event, self.settings.timer_max_delay, SystemTime::now()))
+            .err()
     }
 
     /// Leaves the events of held keys PENDING (reported as held); returns the rest
@@ -231,7 +250,7 @@ impl Lane {
 
     /// Sends one part until it has ended.
     async fn send_part(&self, part: Vec<LaneEvent>) -> PartEnd {
-        if let Some(error) = part.first().and_then(|e| check_size(&e.event, self.settings.max_message_bytes).err()) {
+        if let Some(error) = self.refusal(&part) {
             return self.event_failure(part, &error).await;
         }
         let batch = match prepare(part.iter().map(|e| &e.event), Some(self.term.number())) {
@@ -245,7 +264,7 @@ impl Lane {
                 // Deposed: another instance may publish now; these events stay unacknowledged.
                 return PartEnd::Stopped;
             }
-            let error = match self.try_send(part.len(), &batch).await {
+            let error = match self.try_send(&part, &batch).await {
                 Ok(()) => {
                     let reported = self.recorder.sent(part, batch.msg_ids);
                     return if reported { PartEnd::Done } else { PartEnd::Stopped };
@@ -292,17 +311,22 @@ impl Lane {
     }
 
     /// One send of `batch` (`events` events); `Ok` on SEND_OK.
-    async fn try_send(&self, events: usize, batch: &Prepared) -> Result<(), PublishError> {
-        let started = std::time::Instant::now();
+    async fn try_send(&self, part: &[LaneEvent], batch: &Prepared) -> Result<(), PublishError> {
+        let (started, began) = (std::time::Instant::now(), SystemTime::now());
         // Written, and waited for, only while the term holds: every send checks it first.
         let sent = self.publisher.send(&self.queue, batch, self.term.remaining()).await;
         self.metrics.sent_batch(self.queue.broker_name(), send_status(&sent), started.elapsed());
+        let outcome = match &sent {
+            Ok(()) => SendOutcome::Sent(&batch.msg_ids),
+            Err(error) => SendOutcome::Failed(error),
+        };
+        record_send(part.iter().map(|e| &e.event), self.queue.topic().as_str(), began, outcome);
         sent?;
         self.publisher.confirmed(self.queue.broker_name());
         self.outage.end();
         self.health.clear(&self.part());
         self.health.dependencies().up(&self.broker());
-        fault::lane_sent(events);
+        fault::lane_sent(part.len());
         Ok(())
     }
 
@@ -410,6 +434,12 @@ impl Lane {
         let detail = format!("gave up after {} retries: {error}", self.settings.max_retry);
         self.give_up(give_up, FailReason::RetriesExhausted, &detail).await
     }
+}
+
+/// The bytes an event is counted for in a batch: its payload, its headers and the
+/// usual properties.
+fn batch_bytes(event: &OutboxEvent) -> usize {
+    event.payload.len() + event.extras().headers.as_ref().map_or(0, String::len) + MESSAGE_OVERHEAD
 }
 
 /// Holds the keys of `events` behind them.

@@ -159,6 +159,7 @@ pub async fn ping(
                 topic: topic.to_owned(),
                 payload: Bytes::from_static(b"{\"ping\":true}"),
                 created_local_us: None,
+                extras: None,
             };
             let receipt = producer.send_batch(&queue, std::slice::from_ref(&probe)).await?;
             let found_after_ms = match find_within {

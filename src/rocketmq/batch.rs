@@ -8,7 +8,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::message::{check_body, encoded_len, illegal, properties, write_properties};
+use super::message::{check_body, illegal, Properties};
 use super::PublishError;
 use crate::event::OutboxEvent;
 
@@ -25,17 +25,25 @@ pub(super) fn batch_body(
     term: Option<&str>,
     ids: &[String],
 ) -> Result<Bytes, PublishError> {
-    let size = events
+    let messages = events
         .iter()
         .zip(ids)
-        .map(|(event, id)| message_len(event.payload.len(), encoded_len(properties(event, term, id))))
+        .map(|(event, id)| {
+            if event.topic != topic {
+                return Err(illegal(event, format!("its topic {} is not the batch's, {topic}", event.topic)));
+            }
+            check_body(event)?;
+            Properties::of(event, term, id)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let size = events
+        .iter()
+        .zip(&messages)
+        .map(|(event, properties)| message_len(event.payload.len(), properties.encoded_len()))
         .sum();
     let mut body = BytesMut::with_capacity(size);
-    for (event, id) in events.iter().zip(ids) {
-        if event.topic != topic {
-            return Err(illegal(event, format!("its topic {} is not the batch's, {topic}", event.topic)));
-        }
-        encode(event, term, id, &mut body)?;
+    for (event, properties) in events.iter().zip(&messages) {
+        encode(event, properties, &mut body)?;
     }
     Ok(body.freeze())
 }
@@ -45,10 +53,10 @@ fn message_len(payload_len: usize, properties_len: usize) -> usize {
     FIXED_FIELDS + payload_len + PROPERTIES_LENGTH_FIELD + properties_len
 }
 
-/// Appends `event`'s message, with id `id`, to `body`.
-fn encode(event: &OutboxEvent, term: Option<&str>, id: &str, body: &mut BytesMut) -> Result<(), PublishError> {
-    check_body(event)?;
-    let properties_len = encoded_len(properties(event, term, id));
+/// Appends `event`'s message, with `properties` (which fit the two-byte length
+/// field: [`Properties::of`] refuses more), to `body`.
+fn encode(event: &OutboxEvent, properties: &Properties<'_>, body: &mut BytesMut) -> Result<(), PublishError> {
+    let properties_len = properties.encoded_len();
     let properties_field = i16::try_from(properties_len)
         .map_err(|_| illegal(event, format!("its properties take {properties_len} bytes, over 32,767")))?;
     let over_2_gib = |_| illegal(event, format!("its payload of {} bytes is over 2 GiB", event.payload.len()));
@@ -61,7 +69,7 @@ fn encode(event: &OutboxEvent, term: Option<&str>, id: &str, body: &mut BytesMut
     body.put_i32(payload_len);
     body.put_slice(&event.payload);
     body.put_i16(properties_field);
-    write_properties(properties(event, term, id), body);
+    properties.write(body);
     Ok(())
 }
 

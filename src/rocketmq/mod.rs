@@ -16,7 +16,7 @@ mod status;
 
 pub use error::{classify, ErrorClass, PublishError};
 pub use layout::{LayoutChanged, QueueLayout, Resolved};
-pub use message::check_size;
+pub use message::{check_delivery_time, check_size};
 pub use outbox_kit::{client_config, full_message, ClientHost};
 pub use prepared::{prepare, Prepared};
 pub use producer::{Producer, ProducerSettings, SendReceipt};

@@ -7,7 +7,7 @@ use cheetah_string::CheetahString;
 use rocketmq_model::common::message::MessageConst;
 
 use super::batch::batch_body;
-use super::message::{check_body, properties, properties_text};
+use super::message::{check_body, properties_text, Properties};
 use super::msg_id;
 use super::PublishError;
 use crate::event::OutboxEvent;
@@ -53,7 +53,8 @@ pub fn prepare<'a>(
     let (shape, body, properties) = match events.as_slice() {
         [event] => {
             check_body(event)?;
-            (Shape::Single, event.payload.clone(), properties_text(properties(event, term.as_deref(), &msg_ids[0])))
+            let properties = Properties::of(event, term.as_deref(), &msg_ids[0])?;
+            (Shape::Single, event.payload.clone(), properties_text(properties.pairs()))
         }
         _ => (Shape::Batch, batch_body(&topic, &events, term.as_deref(), &msg_ids)?, batch_properties()),
     };
@@ -89,7 +90,7 @@ mod tests {
             property(&prepared, MessageConst::PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
             Some(prepared.msg_ids[0].clone())
         );
-        assert_eq!(property(&prepared, MessageConst::PROPERTY_KEYS).as_deref(), Some("e1"));
+        assert_eq!(property(&prepared, MessageConst::PROPERTY_KEYS).as_deref(), Some("e1 k"));
     }
 
     #[test]

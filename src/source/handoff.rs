@@ -149,6 +149,7 @@ mod tests {
             topic: "t".into(),
             payload: Bytes::from(vec![b'x'; payload_bytes]),
             created_local_us: None,
+            extras: None,
         };
         SourceTx { events: (0..n).map(event).collect(), origin: Origin::Sweep { retry_counts: vec![0; n as usize] } }
     }

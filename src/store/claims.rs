@@ -29,9 +29,9 @@ use super::{
     has_index, keyed, placeholders, RowKey, TermFence, CLAIM_INDEX, FAILED, KEY_ORDER_INDEX, PENDING, SENDING,
 };
 use crate::config::{ClaimMethod, FailedKeyPolicy};
-use crate::event::{local_micros, OutboxEvent};
+use crate::event::{local_micros, Extras, OutboxEvent, EXTRA_COLUMNS};
 
-/// What a claim reads of each row.
+/// What a claim reads of each row, before the optional message columns.
 const SELECTED_COLUMNS: &str = "id, event_id, biz_key, topic, payload, retry_count, created_at";
 /// `last_error` column width.
 const LAST_ERROR_MAX: usize = 1024;
@@ -134,6 +134,9 @@ pub struct ClaimStore {
     /// `FORCE INDEX (idx_claim)` when the table has it: the optimizer otherwise picks
     /// the primary key for `ORDER BY id LIMIT n` and walks every SENT row first.
     index_hint: String,
+    /// The select list: [`SELECTED_COLUMNS`], then each of `EXTRA_COLUMNS` the table
+    /// has (NULL for one it has not).
+    selected: String,
     /// Every claim and every change to a claimed row holds only while this term is current.
     fence: TermFence,
 }
@@ -162,8 +165,15 @@ impl ClaimStore {
             tracing::warn!(table = %outbox.qualified(), "the outbox table has no {} index: each sweep claim scans from the first row; run `outbox-relay migrate` to add it", CLAIM_INDEX.0);
             String::new()
         };
+        let columns: Vec<String> = conn
+            .exec(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+                (&outbox.schema, &outbox.table),
+            )
+            .await?;
         drop(conn);
-        Ok(Self { pool, outbox, owner, lease, method, policy, index_hint, fence })
+        let selected = selected_columns(&columns);
+        Ok(Self { pool, outbox, owner, lease, method, policy, index_hint, selected, fence })
     }
 
     /// The same claims, made under `fence` (a new leader term) and owned by this
@@ -188,8 +198,9 @@ impl ClaimStore {
         let (condition, mut params) = cutoff.condition("");
         let (guard, guard_params) = self.key_guard(cutoff);
         let select = format!(
-            "SELECT {SELECTED_COLUMNS} FROM {} o {} \
+            "SELECT {} FROM {} o {} \
              WHERE status = {PENDING} AND {due}{condition}{guard} ORDER BY id LIMIT {limit}",
+            self.selected,
             self.outbox.qualified(),
             self.index_hint,
             due = due(""),
@@ -316,7 +327,7 @@ impl ClaimStore {
         let mut tx = conn.start_transaction(options).await?;
         // What is committed and due, unlocked: a row another statement holds locked right
         // now is skipped by SKIP LOCKED, and its key's later rows must not overtake it.
-        let visible: Vec<Row> = tx.exec(select.replacen(SELECTED_COLUMNS, "id, biz_key", 1), params.clone()).await?;
+        let visible: Vec<Row> = tx.exec(select.replacen(&self.selected, "id, biz_key", 1), params.clone()).await?;
         let visible = visible.iter().map(|row| id_and_key(row, 1)).collect::<Result<Vec<_>, _>>()?;
         let locked: Vec<Row> = tx.exec(format!("{select} FOR UPDATE SKIP LOCKED"), params).await?;
         let keys = locked.iter().map(|row| id_and_key(row, BIZ_KEY_COLUMN)).collect::<Result<Vec<_>, _>>()?;
@@ -494,6 +505,16 @@ impl ClaimStore {
     }
 }
 
+/// The select list for a table with `columns`: the optional message columns it lacks
+/// are read as NULL, so every claimed row has the same shape.
+fn selected_columns(columns: &[String]) -> String {
+    let extras = EXTRA_COLUMNS.map(|name| match columns.iter().any(|c| c.eq_ignore_ascii_case(name)) {
+        true => format!("`{name}`"),
+        false => "NULL".to_owned(),
+    });
+    format!("{SELECTED_COLUMNS}, {}", extras.join(", "))
+}
+
 /// Where `biz_key` is among the [`SELECTED_COLUMNS`].
 const BIZ_KEY_COLUMN: usize = 2;
 
@@ -542,11 +563,19 @@ fn unreadable(what: &'static str, value: &str) -> mysql_async::Error {
 
 /// The event in a claimed row (whose `id` was read already), or why it cannot be read.
 fn to_event(id: u64, row: Row) -> Result<(OutboxEvent, u32), Malformed> {
-    type Columns = (u64, String, String, String, Vec<u8>, u32, Value);
-    let (_, event_id, biz_key, topic, payload, retry_count, created_at) = mysql_async::from_row_opt::<Columns>(row)
-        .map_err(|e| Malformed { id, reason: format!("the row cannot be read as an outbox event: {e}") })?;
-    let created_local_us = local_micros(&created_at);
-    let event = OutboxEvent { id, event_id, biz_key, topic, payload: Bytes::from(payload), created_local_us };
+    type Columns = (u64, String, String, String, Vec<u8>, u32, Value, Value, Value, Value, Value);
+    let (_, event_id, biz_key, topic, payload, retry_count, created_at, tag, event_type, headers, deliver_at) =
+        mysql_async::from_row_opt::<Columns>(row)
+            .map_err(|e| Malformed { id, reason: format!("the row cannot be read as an outbox event: {e}") })?;
+    let event = OutboxEvent {
+        id,
+        event_id,
+        biz_key,
+        topic,
+        payload: Bytes::from(payload),
+        created_local_us: local_micros(&created_at),
+        extras: Extras::from_values([tag, event_type, headers, deliver_at]).boxed(),
+    };
     Ok((event, retry_count))
 }
 
@@ -564,7 +593,16 @@ pub fn in_key_order<K: std::hash::Hash + Eq>(locked: &[(u64, K)], visible: &[(u6
 
 #[cfg(test)]
 mod tests {
-    use super::in_key_order;
+    use super::{in_key_order, selected_columns};
+
+    #[test]
+    fn the_optional_columns_a_table_lacks_are_read_as_null() {
+        let columns: Vec<String> = ["id", "event_id", "Tag", "deliver_at"].iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            selected_columns(&columns),
+            "id, event_id, biz_key, topic, payload, retry_count, created_at, `tag`, NULL, NULL, `deliver_at`"
+        );
+    }
 
     #[test]
     fn a_key_whose_earlier_row_is_locked_elsewhere_waits_for_it() {

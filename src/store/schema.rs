@@ -4,8 +4,10 @@
 //! `outbox_relay_migrations`, so running `migrate` again is a no-op. The outbox table
 //! (whose name is configurable, so one schema may hold several) is created when
 //! absent; one that already exists in the classic outbox shape (without `owner`, `msg_id`,
-//! `sent_at`, `last_error`, `idx_claim`) gets what is missing added, because teams
-//! adopt the relay on tables they already have.
+//! `sent_at`, `last_error`, `idx_claim`, or the optional message columns `tag`,
+//! `event_type`, `headers`, `deliver_at`) gets what is missing added, because teams
+//! adopt the relay on tables they already have. The added columns are nullable, so the
+//! applications' INSERTs and an older relay go on as before.
 //! The outbox table may be partitioned by `created_at` (see `partitions`): created so,
 //! or an existing table converted when asked, never behind the operator's back.
 //! The DDL runs on MariaDB 10.6+ and MySQL 8.0+ (both have SKIP LOCKED).
@@ -47,6 +49,10 @@ const OUTBOX_DDL: &str = "CREATE TABLE IF NOT EXISTS {outbox} (
   sent_at       DATETIME(3)   NULL,
   last_error    VARCHAR(1024) NULL,
   created_at    DATETIME(3)   NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  tag           VARCHAR(128)  NULL COMMENT 'the message tag consumers filter on',
+  event_type    VARCHAR(128)  NULL COMMENT 'sent as the event_type property',
+  headers       JSON          NULL COMMENT 'an object of strings: user properties (traceparent, ...)',
+  deliver_at    DATETIME(3)   NULL COMMENT 'UTC: the broker delivers it then (a timer message)',
   {keys},
   KEY idx_pending (status, next_retry_at),
   KEY idx_claim (status, id, next_retry_at),
@@ -166,13 +172,18 @@ const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-/// Columns the relay needs beyond the classic outbox table, with their definitions.
+/// Columns beyond the classic outbox table, with their definitions: those the relay
+/// needs, then the optional message columns.
 const EXTRA_OUTBOX_COLUMNS: &[(&str, &str)] = &[
     ("lease_until", "DATETIME(3) NULL"),
     ("owner", "VARCHAR(128) NULL"),
     ("msg_id", "VARCHAR(128) NULL"),
     ("sent_at", "DATETIME(3) NULL"),
     ("last_error", "VARCHAR(1024) NULL"),
+    ("tag", "VARCHAR(128) NULL COMMENT 'the message tag consumers filter on'"),
+    ("event_type", "VARCHAR(128) NULL COMMENT 'sent as the event_type property'"),
+    ("headers", "JSON NULL COMMENT 'an object of strings: user properties (traceparent, ...)'"),
+    ("deliver_at", "DATETIME(3) NULL COMMENT 'UTC: the broker delivers it then (a timer message)'"),
 ];
 
 /// The relay's tables are older than this relay needs.

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use outbox_kit::consumer::{Ack, Consumption, Delivery, StartFrom, Subscribe, Subscription};
+use outbox_kit::consumer::{Ack, Consumption, Delivery, StartFrom, Subscribe, Subscription, EVERY_TAG};
 
 /// A started consumer and the deliveries it has seen so far.
 pub struct Collector {
@@ -16,6 +16,11 @@ impl Collector {
     /// It consumes concurrently: it only records, and the relay tests judge order by
     /// the queue offsets the deliveries carry, not by their arrival.
     pub async fn start(namesrv: &str, topic: &str, group: &str) -> Self {
+        Self::start_tagged(namesrv, topic, group, EVERY_TAG).await
+    }
+
+    /// As [`Self::start`], receiving only the messages of the tags in `tags`.
+    pub async fn start_tagged(namesrv: &str, topic: &str, group: &str, tags: &str) -> Self {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&seen);
         let since = chrono::Local::now() - chrono::Duration::seconds(60);
@@ -25,6 +30,7 @@ impl Collector {
         };
         let spec = Subscribe {
             consumption: Consumption::Concurrent,
+            tags,
             ..Subscribe::new(namesrv, group, topic, StartFrom::Since(since))
         };
         let subscription = Subscription::start(spec, record).await.expect("consumer starts");

@@ -10,6 +10,7 @@ pub mod consumer_db;
 pub mod events;
 pub mod load;
 pub mod mqadmin;
+pub mod otlp;
 pub mod outbox;
 pub mod relay;
 pub mod scenario;

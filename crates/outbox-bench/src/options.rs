@@ -55,6 +55,10 @@ pub struct Options {
     /// Payload size of every event, bytes.
     #[arg(long, default_value_t = 1_024)]
     pub body_bytes: usize,
+    /// Fill the optional message columns of every row (tag, event type, headers with a
+    /// trace context), to compare with a run without.
+    #[arg(long)]
+    pub message_columns: bool,
     /// Distinct biz_keys (events go round-robin over them).
     #[arg(long, default_value_t = 1_000)]
     pub keys: usize,

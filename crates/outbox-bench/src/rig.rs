@@ -18,7 +18,7 @@ pub use outbox_test_support::unique;
 
 use crate::cpu::Processes;
 use crate::options::{Mode, Options};
-use crate::workload::Workload;
+use crate::workload::{filled_message_columns, Workload};
 
 /// Rows per INSERT statement when filling a table.
 const INSERT_CHUNK: usize = 500;
@@ -86,7 +86,13 @@ impl Rig {
         )
         .await
         .with_context(|| format!("create topic {topic}"))?;
-        Ok(Workload { prefix: unique(name), topic, keys: self.options.keys, body_bytes: self.options.body_bytes })
+        Ok(Workload {
+            prefix: unique(name),
+            topic,
+            keys: self.options.keys,
+            body_bytes: self.options.body_bytes,
+            message_columns: self.options.message_columns.then(filled_message_columns),
+        })
     }
 
     /// A new, empty outbox table, once the relay's source shows it too: a replica still
@@ -323,7 +329,7 @@ impl RelayChild {
 }
 
 fn insert_sql(table: &OutboxTable, workload: &Workload, range: std::ops::Range<usize>) -> (String, Params) {
-    rows::insert_sql(
+    rows::insert_sql_with(
         table,
         range.map(|i| Row {
             event_id: workload.event_id(i),
@@ -331,6 +337,7 @@ fn insert_sql(table: &OutboxTable, workload: &Workload, range: std::ops::Range<u
             topic: workload.topic.clone(),
             payload: workload.payload(i),
         }),
+        workload.message_columns.as_ref(),
     )
 }
 

@@ -2,7 +2,8 @@
 //! cases differ only in how the events reach the broker.
 
 use bytes::Bytes;
-use outbox_relay::event::OutboxEvent;
+use outbox_relay::event::{Extras, OutboxEvent};
+use outbox_test_support::rows::MessageColumns;
 
 /// Events `{prefix}-{i}` for `topic`, keys round-robin over `keys`, bodies of `body_bytes`.
 #[derive(Debug, Clone)]
@@ -11,6 +12,18 @@ pub struct Workload {
     pub topic: String,
     pub keys: usize,
     pub body_bytes: usize,
+    /// The optional message columns every row gets, if any.
+    pub message_columns: Option<MessageColumns>,
+}
+
+/// What `--message-columns` writes into every row: a tag, an event type, and headers
+/// with a W3C trace context and one more entry.
+pub fn filled_message_columns() -> MessageColumns {
+    MessageColumns {
+        tag: "PAID".to_owned(),
+        event_type: "OrderPaid".to_owned(),
+        headers: r#"{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"rojo=00f067aa0ba902b7","tenant":"acme"}"#.to_owned(),
+    }
 }
 
 impl Workload {
@@ -38,6 +51,15 @@ impl Workload {
             topic: self.topic.clone(),
             payload: Bytes::from(self.payload(i)),
             created_local_us: None,
+            extras: self.message_columns.as_ref().and_then(|columns| {
+                Extras {
+                    tag: Some(columns.tag.clone()),
+                    event_type: Some(columns.event_type.clone()),
+                    headers: Some(columns.headers.clone()),
+                    deliver_at_us: None,
+                }
+                .boxed()
+            }),
         }
     }
 }
@@ -48,7 +70,7 @@ mod tests {
 
     #[test]
     fn bodies_have_the_requested_size_and_are_json() {
-        let w = Workload { prefix: "p".into(), topic: "t".into(), keys: 3, body_bytes: 1_024 };
+        let w = Workload { prefix: "p".into(), topic: "t".into(), keys: 3, body_bytes: 1_024, message_columns: None };
         for i in [0, 7, 123_456] {
             let body = w.payload(i);
             assert_eq!(body.len(), 1_024);

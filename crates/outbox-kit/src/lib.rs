@@ -20,7 +20,7 @@ mod text;
 pub mod wire;
 
 pub use client::{client_config, full_message, ClientError, ClientHost};
-pub use enqueue::{enqueue, new_event_id, EnqueueError, NewEvent};
+pub use enqueue::{enqueue, new_event_id, EnqueueError, NewEvent, NewExtras};
 pub use metrics::render as render_metrics;
 pub use status::RowStatus;
 pub use table::OutboxTable;

@@ -1,6 +1,10 @@
 //! The message on the wire, as the relay sends it and consumers read it: the topic
-//! from the row, KEYS = event_id (the broker indexes KEYS, so `queryMsgByKey` finds
-//! it), the user properties below, and the payload bytes as the body.
+//! from the row, KEYS = event_id and biz_key (the broker indexes each key, so
+//! `queryMsgByKey` finds the message by either), the user properties below, and the
+//! payload bytes as the body. From the row's optional columns: TAGS = `tag`, the
+//! `event_type` property, each entry of `headers` as a user property of its own name
+//! (a W3C `traceparent` / `tracestate` among them), and `deliver_at` as the broker's
+//! delivery time.
 
 /// User property holding the event id (consumers deduplicate on it).
 pub const PROPERTY_EVENT_ID: &str = "event_id";
@@ -9,3 +13,5 @@ pub const PROPERTY_BIZ_KEY: &str = "biz_key";
 /// User property holding the leader term of the relay instance that sent the
 /// message: at most one term publishes at a time, so it tells which instance did.
 pub const PROPERTY_RELAY_TERM: &str = "relay_term";
+/// User property holding the event's type (the outbox row's `event_type` column).
+pub const PROPERTY_EVENT_TYPE: &str = "event_type";

@@ -9,6 +9,7 @@ use outbox_kit::OutboxTable;
 
 use super::{one_line, partitions, Finding, Group};
 use crate::config::{ClaimMethod, Config};
+use crate::event::EXTRA_COLUMNS;
 use crate::source::binlog::{ColumnError, ColumnMap};
 use crate::store::{check_migrated, has_index, CLAIM_INDEX, KEY_ORDER_INDEX};
 
@@ -65,6 +66,9 @@ const COLUMNS: [(&str, Kind); 14] = [
     ("created_at", Kind::Time),
 ];
 
+/// What each optional message column must hold, in `EXTRA_COLUMNS` order.
+const EXTRA_KINDS: [Kind; 4] = [Kind::Text, Kind::Text, Kind::Payload, Kind::Time];
+
 /// The outbox table, its indexes and the migrations on the primary, and how rows
 /// are claimed there.
 pub(super) async fn on_primary(pool: &Pool, config: &Config, outbox: &OutboxTable) -> Vec<Finding> {
@@ -110,7 +114,12 @@ pub(super) async fn on_source(pool: &Pool, outbox: &OutboxTable) -> Finding {
         Err(error) => Err(error),
     };
     match loaded {
-        Ok(Ok(_)) => Finding::ok(Group::Table, name, format!("{}: id, event_id, biz_key, topic, payload", outbox.qualified())),
+        Ok(Ok(map)) => {
+            let optional = map.extra_names();
+            let optional = if optional.is_empty() { "none".to_owned() } else { optional.join(", ") };
+            let mapped = format!("{}: id, event_id, biz_key, topic, payload; optional: {optional}", outbox.qualified());
+            Finding::ok(Group::Table, name, mapped)
+        }
         Ok(Err(ColumnError::Missing { column, .. })) => Finding::fail(
             Group::Table,
             name,
@@ -148,9 +157,10 @@ async fn columns(conn: &mut Conn, outbox: &OutboxTable) -> Result<Vec<(String, S
 /// Every column the relay uses against the (name, data type) pairs present.
 fn judge_columns(outbox: &OutboxTable, present: &[(String, String)]) -> Finding {
     let name = "primary columns";
+    let find = |column: &str| present.iter().find(|(name, _)| name.eq_ignore_ascii_case(column));
     let mut problems = Vec::new();
     for (column, kind) in COLUMNS {
-        match present.iter().find(|(name, _)| name.eq_ignore_ascii_case(column)) {
+        match find(column) {
             None => problems.push(format!("no column `{column}`")),
             Some((_, data_type)) if !kind.accepts(data_type) => {
                 problems.push(format!("`{column}` is {data_type}, not {}", kind.describe()))
@@ -158,11 +168,29 @@ fn judge_columns(outbox: &OutboxTable, present: &[(String, String)]) -> Finding 
             Some(_) => {}
         }
     }
+    let mut optional = Vec::new();
+    for (column, kind) in EXTRA_COLUMNS.into_iter().zip(EXTRA_KINDS) {
+        match find(column) {
+            Some((_, data_type)) if !kind.accepts(data_type) => {
+                problems.push(format!("`{column}` is {data_type}, not {}", kind.describe()))
+            }
+            Some(_) => optional.push(column),
+            None => {}
+        }
+    }
     if problems.is_empty() {
+        let optional = match optional.is_empty() {
+            true => "none (`outbox-relay migrate` adds tag, event_type, headers, deliver_at)".to_owned(),
+            false => optional.join(", "),
+        };
         return Finding::ok(
             Group::Table,
             name,
-            format!("{}: all {} columns the relay uses", outbox.qualified(), COLUMNS.len()),
+            format!(
+                "{}: all {} columns the relay uses; optional message columns: {optional}",
+                outbox.qualified(),
+                COLUMNS.len()
+            ),
         );
     }
     Finding::fail(

@@ -8,6 +8,8 @@
 use mysql_async::binlog::events::{OptionalMetadataField, TableMapEvent};
 use mysql_async::prelude::Queryable;
 
+use crate::event::EXTRA_COLUMNS;
+
 /// Positions of the columns the relay reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ColumnMap {
@@ -18,6 +20,8 @@ pub struct ColumnMap {
     pub payload: usize,
     /// `created_at`, when the table has it: the start of the commit-to-ack latency.
     pub created_at: Option<usize>,
+    /// The optional message columns the table has, in `EXTRA_COLUMNS` order.
+    pub extras: [Option<usize>; 4],
     /// How many columns the table had when this map was made.
     pub count: usize,
 }
@@ -54,6 +58,7 @@ impl ColumnMap {
             topic: position(topic)?,
             payload: position(payload)?,
             created_at: position("created_at").ok(),
+            extras: EXTRA_COLUMNS.map(|column| position(column).ok()),
             count: names.len(),
         })
     }
@@ -70,8 +75,25 @@ impl ColumnMap {
         fields.iter().enumerate().all(|(i, field)| field.is_none() || !fields[i + 1..].contains(field))
     }
 
-    fn fields(&self) -> [Option<usize>; 6] {
-        [Some(self.id), Some(self.event_id), Some(self.biz_key), Some(self.topic), Some(self.payload), self.created_at]
+    fn fields(&self) -> [Option<usize>; 10] {
+        let [tag, event_type, headers, deliver_at] = self.extras;
+        [
+            Some(self.id),
+            Some(self.event_id),
+            Some(self.biz_key),
+            Some(self.topic),
+            Some(self.payload),
+            self.created_at,
+            tag,
+            event_type,
+            headers,
+            deliver_at,
+        ]
+    }
+
+    /// The optional message columns the table has, by name.
+    pub fn extra_names(&self) -> Vec<&'static str> {
+        EXTRA_COLUMNS.iter().zip(self.extras).filter_map(|(name, at)| at.map(|_| *name)).collect()
     }
 
     /// Reads the table's columns from information_schema.
@@ -119,6 +141,20 @@ mod tests {
             .expect("map");
         assert_eq!((map.id, map.event_id, map.biz_key, map.topic, map.payload, map.count), (1, 5, 4, 2, 0, 6));
         assert_eq!(map.created_at, None, "optional");
+        assert_eq!(map.extras, [None; 4], "optional");
+    }
+
+    #[test]
+    fn finds_the_optional_message_columns_the_table_has() {
+        let map = ColumnMap::from_names(
+            "app.o",
+            &names(&["id", "event_id", "biz_key", "topic", "payload", "deliver_at", "TAG", "headers"]),
+        )
+        .expect("map");
+        assert_eq!(map.extras, [Some(6), None, Some(7), Some(5)]);
+        assert_eq!(map.extra_names(), ["tag", "headers", "deliver_at"]);
+        assert!(map.reads_each_column_once());
+        assert_eq!(map.positions(), [0, 1, 2, 3, 4, 6, 7, 5]);
     }
 
     #[test]

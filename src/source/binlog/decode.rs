@@ -41,7 +41,7 @@ use super::prepared::PreparedXa;
 use super::row_image::{RowLayout, RowValues};
 use super::statement::{Statement, XaStatement};
 use super::xa::{XaPrepare, Xid};
-use crate::event::{local_micros, OutboxEvent};
+use crate::event::{local_micros, Extras, OutboxEvent};
 use crate::source::BinlogPosition;
 use crate::source::SourceTx;
 
@@ -448,19 +448,23 @@ impl Decoder {
         let topic = text(taken(columns.topic, "topic")?, "topic")?;
         let created_local_us =
             columns.created_at.and_then(&mut value_at).and_then(|value| local_micros(&Value::try_from(value).ok()?));
+        // An optional column absent from the row image (a MINIMAL image leaves out
+        // columns the statement did not set) or unreadable is no value: whether the
+        // broker takes the rest is decided when the message is built.
+        let extras = Extras::from_values(
+            columns
+                .extras
+                .map(|at| at.and_then(&mut value_at).and_then(|value| as_value(value).ok()).unwrap_or(Value::NULL)),
+        );
         let payload = self.payload(row.take(columns.payload).ok_or_else(|| missing("payload"))?, pos)?;
-        Ok(OutboxEvent { id, event_id, biz_key, topic, payload, created_local_us })
+        Ok(OutboxEvent { id, event_id, biz_key, topic, payload, created_local_us, extras: extras.boxed() })
     }
 
     /// The payload's bytes: text as it is, MySQL's binary JSON as the text MySQL prints.
     fn payload(&self, value: BinlogValue<'_>, pos: u64) -> Result<Bytes, DecodeError> {
-        let unusable = |detail: &str| self.bad_row(pos, "payload", detail);
-        match value {
-            BinlogValue::Jsonb(value) => Ok(Bytes::from(json::to_text(&value).map_err(|e| unusable(&e.to_string()))?)),
-            other => match Value::try_from(other).map_err(|e| unusable(&e.to_string()))? {
-                Value::Bytes(bytes) => Ok(Bytes::from(bytes)),
-                other => Err(unusable(&format!("not text or JSON: {other:?}"))),
-            },
+        match as_value(value).map_err(|detail| self.bad_row(pos, "payload", &detail))? {
+            Value::Bytes(bytes) => Ok(Bytes::from(bytes)),
+            other => Err(self.bad_row(pos, "payload", &format!("not text or JSON: {other:?}"))),
         }
     }
 
@@ -470,6 +474,17 @@ impl Decoder {
 
     fn malformed(&self, pos: u64, detail: impl std::fmt::Display) -> DecodeError {
         DecodeError::Malformed { file: self.file.clone(), pos, detail: detail.to_string() }
+    }
+}
+
+/// A column's value, MySQL's binary JSON as the text MySQL prints (in bytes, as a
+/// JSON column reads over the protocol); why not, when it cannot be read.
+fn as_value(value: BinlogValue<'_>) -> Result<Value, String> {
+    match value {
+        BinlogValue::Jsonb(value) => {
+            json::to_text(&value).map(|text| Value::Bytes(text.into_bytes())).map_err(|e| e.to_string())
+        }
+        other => Value::try_from(other).map_err(|e| e.to_string()),
     }
 }
 
@@ -561,8 +576,16 @@ mod tests {
     /// savepoints on MariaDB 10.11, written by the script beside it into
     /// `app.xa_fixture_outbox` (id, event_id, biz_key, topic, payload).
     const XA_FIXTURE: &str = "mariadb-10.11-xa-savepoint.000003";
-    const XA_COLUMNS: ColumnMap =
-        ColumnMap { id: 0, event_id: 1, biz_key: 2, topic: 3, payload: 4, created_at: None, count: 5 };
+    const XA_COLUMNS: ColumnMap = ColumnMap {
+        id: 0,
+        event_id: 1,
+        biz_key: 2,
+        topic: 3,
+        payload: 4,
+        created_at: None,
+        extras: [None; 4],
+        count: 5,
+    };
 
     #[test]
     fn xa_rows_wait_for_xa_commit_and_positions_stay_before_an_undecided_prepare() {
@@ -724,7 +747,16 @@ mod tests {
     fn mysql_binary_json_becomes_the_text_mysql_prints_and_json_updates_publish_nothing() {
         // mysql.t(id INT, json_col JSON, name VARCHAR AS (json_col->>'$.name'), age INT
         // AS (json_col->'$.age')), without column names: the map says which is which.
-        let columns = ColumnMap { id: 0, event_id: 2, biz_key: 2, topic: 2, payload: 1, created_at: None, count: 4 };
+        let columns = ColumnMap {
+            id: 0,
+            event_id: 2,
+            biz_key: 2,
+            topic: 2,
+            payload: 1,
+            created_at: None,
+            extras: [None; 4],
+            count: 4,
+        };
         let mut decoder = decoder("mysql", "t", "json.binlog.000001", NO_PARTS);
         let handed_on = decode_all(&published("json.binlog.000001"), &mut decoder, Some(columns));
         let joe = r#"{"age": 24, "data": "xxxxxxxxxx", "name": "Joe"}"#;
@@ -779,8 +811,16 @@ mod tests {
     fn rows_inside_compressed_mysql_transactions_decode_field_by_field() {
         // a.test_table_3 (20 columns, no names) gets row 6666 in the second compressed
         // transaction; map the outbox fields onto some of its columns.
-        let columns =
-            ColumnMap { id: 0, event_id: 1, biz_key: 4, topic: 10, payload: 9, created_at: Some(2), count: 20 };
+        let columns = ColumnMap {
+            id: 0,
+            event_id: 1,
+            biz_key: 4,
+            topic: 10,
+            payload: 9,
+            created_at: Some(2),
+            extras: [None; 4],
+            count: 20,
+        };
         let mut test_table = decoder_after("a", "test_table_3", "76f3e7be-6720-11ed-9cad-0242ac110002:1-10");
         let handed_on = decode_all(&published("mysql-8.0.31-compressed.000057"), &mut test_table, Some(columns));
         assert_eq!(
@@ -807,7 +847,16 @@ mod tests {
         let mut compressed = decoder("test", "none", "binlog.000001", NO_PARTS);
         let handed_on = decode_all(&published("transaction_compression.000001"), &mut compressed, None);
         assert_eq!(ends(&handed_on), [(431, None)]);
-        let one_int = ColumnMap { id: 0, event_id: 0, biz_key: 0, topic: 0, payload: 0, created_at: None, count: 1 };
+        let one_int = ColumnMap {
+            id: 0,
+            event_id: 0,
+            biz_key: 0,
+            topic: 0,
+            payload: 0,
+            created_at: None,
+            extras: [None; 4],
+            count: 1,
+        };
         let mut as_outbox = decoder("test", "tb1", "binlog.000001", NO_PARTS);
         let error = try_decode_from(&published("transaction_compression.000001"), 0, &mut as_outbox, Some(one_int))
             .expect_err("an integer is no event id");
@@ -861,7 +910,16 @@ mod tests {
             assert!(handed_on.iter().all(|tx| tx.events.is_empty()), "{file}: rows of another table");
         }
         // The same rows as the outbox's: integer columns where text is needed are refused.
-        let columns = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 2, created_at: None, count: 3 };
+        let columns = ColumnMap {
+            id: 0,
+            event_id: 1,
+            biz_key: 1,
+            topic: 1,
+            payload: 2,
+            created_at: None,
+            extras: [None; 4],
+            count: 3,
+        };
         let mut decoder = decoder("test", "ba", "binlog.000001", NO_PARTS);
         let error = try_decode_from(&published("write-full-row.binlog"), 0, &mut decoder, Some(columns))
             .expect_err("integers are not event ids");
@@ -893,7 +951,16 @@ mod tests {
         // also when `created_at` is read from the payload's column, which leaves the
         // payload to read.
         for created_at in [None, Some(3)] {
-            let by_hand = ColumnMap { id: 0, event_id: 1, biz_key: 1, topic: 1, payload: 3, created_at, count: 5 };
+            let by_hand = ColumnMap {
+                id: 0,
+                event_id: 1,
+                biz_key: 1,
+                topic: 1,
+                payload: 3,
+                created_at,
+                extras: [None; 4],
+                count: 5,
+            };
             let mut rows = Vec::new();
             each_inserted_row(&published("mariadb-bin.000001"), "toddy_test", "outbox", |decoder, row, _, pos| {
                 let event = decoder.to_event(row, &by_hand, pos).expect("an outbox row");

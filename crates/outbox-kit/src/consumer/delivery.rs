@@ -1,18 +1,32 @@
 //! What an outbox consumer sees of one message ([`Delivery`]), and what its handler
 //! answers ([`Ack`]).
 
+use std::collections::BTreeMap;
+
 use bytes::Bytes;
 use rocketmq_model::common::message::message_ext::MessageExt;
+use rocketmq_model::common::message::STRING_HASH_SET;
 
-use crate::wire::{PROPERTY_BIZ_KEY, PROPERTY_EVENT_ID, PROPERTY_RELAY_TERM};
+use crate::wire::{PROPERTY_BIZ_KEY, PROPERTY_EVENT_ID, PROPERTY_EVENT_TYPE, PROPERTY_RELAY_TERM};
+
+/// The W3C trace context header a producer's trace continues under.
+pub const TRACEPARENT: &str = "traceparent";
 
 /// One message as an outbox consumer sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
-    /// The `event_id` property (falls back to KEYS): the deduplication key.
+    /// The `event_id` property (falls back to the first of KEYS): the deduplication key.
     pub event_id: String,
     pub biz_key: String,
+    /// KEYS as sent: the event id and the business key, separated by a space.
     pub keys: String,
+    /// The message's tag (the outbox row's `tag`), which subscriptions select by.
+    pub tag: Option<String>,
+    /// The outbox row's `event_type`.
+    pub event_type: Option<String>,
+    /// The outbox row's `headers`: every user property that is neither RocketMQ's
+    /// own nor one of the relay's (`event_id`, `biz_key`, `event_type`, `relay_term`).
+    pub headers: BTreeMap<String, String>,
     pub body: Bytes,
     /// The producer's message id (`UNIQ_KEY`).
     pub msg_id: String,
@@ -38,11 +52,21 @@ impl Delivery {
             message.properties().iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v.to_string()).unwrap_or_default()
         };
         let keys = property("KEYS");
-        let event_id = Some(property(PROPERTY_EVENT_ID)).filter(|id| !id.is_empty()).unwrap_or_else(|| keys.clone());
+        let first_key = keys.split(' ').next().unwrap_or_default().to_owned();
+        let event_id = Some(property(PROPERTY_EVENT_ID)).filter(|id| !id.is_empty()).unwrap_or(first_key);
+        let optional = |key: &str| Some(property(key)).filter(|value| !value.is_empty());
         Delivery {
             event_id,
             biz_key: property(PROPERTY_BIZ_KEY),
             keys,
+            tag: optional("TAGS"),
+            event_type: optional(PROPERTY_EVENT_TYPE),
+            headers: message
+                .properties()
+                .iter()
+                .filter(|(name, _)| is_header(name.as_str()))
+                .map(|(name, value)| (name.to_string(), value.to_string()))
+                .collect(),
             body: message.body().unwrap_or_default(),
             msg_id: property("UNIQ_KEY"),
             broker_name: message.broker_name().to_owned(),
@@ -53,6 +77,19 @@ impl Delivery {
             store_timestamp: message.store_timestamp(),
         }
     }
+}
+
+impl Delivery {
+    /// The producer's trace context (the `traceparent` header), to continue its trace.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.headers.get(TRACEPARENT).map(String::as_str)
+    }
+}
+
+/// Whether a property came from the row's `headers`.
+fn is_header(name: &str) -> bool {
+    const RELAY: [&str; 4] = [PROPERTY_EVENT_ID, PROPERTY_BIZ_KEY, PROPERTY_EVENT_TYPE, PROPERTY_RELAY_TERM];
+    !STRING_HASH_SET.contains(name) && !RELAY.contains(&name)
 }
 
 /// What the handler decided about one delivery.

@@ -30,7 +30,7 @@ use mysql_async::{Pool, Transaction, TxOpts};
 use super::consumption::Consumption;
 use super::delivery::{Ack, Delivery};
 use super::metrics::ConsumerMetrics;
-use super::subscription::{StartFrom, Subscribe, Subscription};
+use super::subscription::{StartFrom, Subscribe, Subscription, EVERY_TAG};
 use crate::client::ClientError;
 use crate::text::truncate_utf8;
 
@@ -73,6 +73,9 @@ pub enum DedupKey {
     /// For producers without a global id: biz_key + the payload's JSON field `field`
     /// (e.g. `type`), joined with ':'.
     BizKeyAndPayloadField(String),
+    /// For producers without a global id that fill the outbox row's `event_type`:
+    /// biz_key + event type, joined with ':'.
+    BizKeyAndEventType,
 }
 
 /// What happened to one delivery.
@@ -102,6 +105,7 @@ pub struct IdempotentConsumer<H> {
     metrics: ConsumerMetrics,
     consumption: Consumption,
     dead_letter_after: Option<u32>,
+    tags: String,
 }
 
 impl<H: EventHandler> IdempotentConsumer<H> {
@@ -116,7 +120,14 @@ impl<H: EventHandler> IdempotentConsumer<H> {
             metrics,
             consumption: Consumption::default(),
             dead_letter_after: None,
+            tags: EVERY_TAG.to_owned(),
         }
+    }
+
+    /// The same consumer, receiving only messages of the tags in `expression` (tags
+    /// joined by `||`, e.g. `"PAID || REFUNDED"`); the broker filters the rest out.
+    pub fn with_tags(self, expression: &str) -> Self {
+        Self { tags: expression.to_owned(), ..self }
     }
 
     /// The same consumer, subscribing with `consumption` (e.g. [`Consumption::Concurrent`]
@@ -148,11 +159,13 @@ impl<H: EventHandler> IdempotentConsumer<H> {
         from: StartFrom,
     ) -> Result<Subscription, ClientError> {
         let runtime = tokio::runtime::Handle::current();
+        let tags = self.tags.clone();
         // The client calls the handler on its blocking threads: block on the async work there.
         let spec = Subscribe {
             consumption: self.consumption,
             dead_letter_after: self.dead_letter_after,
             dead_letters: Some(self.metrics.clone()),
+            tags: &tags,
             ..Subscribe::new(namesrv, group, topic, from)
         };
         Subscription::start(spec, move |delivery: &Delivery| runtime.block_on(self.process(delivery)).ack()).await
@@ -252,6 +265,10 @@ impl<H: EventHandler> IdempotentConsumer<H> {
                     .ok_or_else(|| format!("payload has no string field `{field}`"))?;
                 Ok(format!("{}:{kind}", delivery.biz_key))
             }
+            DedupKey::BizKeyAndEventType => match &delivery.event_type {
+                Some(kind) => Ok(format!("{}:{kind}", delivery.biz_key)),
+                None => Err("message has no event_type property (the outbox row's event_type is NULL)".into()),
+            },
         }
     }
 }

@@ -21,7 +21,7 @@ pub mod schema;
 mod subscription;
 
 pub use consumption::Consumption;
-pub use delivery::{Ack, Delivery, Handler};
+pub use delivery::{Ack, Delivery, Handler, TRACEPARENT};
 pub use idempotent::{DedupKey, EventHandler, HandlerError, HandlerFuture, IdempotentConsumer, Outcome};
 pub use metrics::ConsumerMetrics;
-pub use subscription::{StartFrom, Subscribe, Subscription};
+pub use subscription::{StartFrom, Subscribe, Subscription, EVERY_TAG};

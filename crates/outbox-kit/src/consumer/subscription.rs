@@ -11,6 +11,17 @@ use super::delivery::Handler;
 use super::metrics::ConsumerMetrics;
 use crate::client::{client_config, ClientError, ClientHost};
 
+/// The tag expression that selects every message.
+pub const EVERY_TAG: &str = "*";
+
+/// `expression` with the spaces around its tags removed (`"PAID || REFUNDED"` becomes
+/// `"PAID||REFUNDED"`). The broker filters by the tags' hash codes, which the RocketMQ
+/// client 1.0.0 computes from the tags as written, spaces included, so a spaced
+/// expression matched nothing.
+fn tag_expression(expression: &str) -> String {
+    expression.split("||").map(str::trim).collect::<Vec<_>>().join("||")
+}
+
 /// Where a new consumer group starts reading.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartFrom {
@@ -26,6 +37,9 @@ pub struct Subscribe<'a> {
     pub namesrv: &'a str,
     pub group: &'a str,
     pub topic: &'a str,
+    /// Which tags to receive: `*` for every message, or tags joined by `||`
+    /// (`"PAID || REFUNDED"`), which the broker filters by.
+    pub tags: &'a str,
     pub from: StartFrom,
     pub consumption: Consumption,
     /// Under [`Consumption::Concurrent`]: how many redeliveries a message gets before
@@ -36,12 +50,14 @@ pub struct Subscribe<'a> {
 }
 
 impl<'a> Subscribe<'a> {
-    /// `group` reading `topic` from `from`, each queue in order, no dead-letter watch.
+    /// `group` reading every message of `topic` from `from`, each queue in order, no
+    /// dead-letter watch.
     pub fn new(namesrv: &'a str, group: &'a str, topic: &'a str, from: StartFrom) -> Self {
         Self {
             namesrv,
             group,
             topic,
+            tags: EVERY_TAG,
             from,
             consumption: Consumption::default(),
             dead_letter_after: None,
@@ -58,8 +74,8 @@ pub struct Subscription {
 }
 
 impl Subscription {
-    /// Subscribes the group to every message of the topic and starts consuming it as
-    /// `spec` says.
+    /// Subscribes the group to the topic's messages of the tags `spec` names and starts
+    /// consuming them as it says.
     pub async fn start<H: Handler>(spec: Subscribe<'_>, handler: H) -> Result<Self, ClientError> {
         let watch = match spec.dead_letters.clone() {
             Some(metrics) => {
@@ -68,7 +84,7 @@ impl Subscription {
             None => None,
         };
         let host = ClientHost::start("rocketmq-consumer")?;
-        let Subscribe { namesrv, group, topic, from, consumption, dead_letter_after, .. } = spec;
+        let Subscribe { namesrv, group, topic, tags, from, consumption, dead_letter_after, .. } = spec;
         let builder = DefaultMQPushConsumer::builder(host.runtime())
             .client_config(client_config(namesrv))
             .name_server_addr(namesrv.to_owned())
@@ -87,7 +103,7 @@ impl Subscription {
         };
         let mut consumer = builder.build();
         let started = async {
-            consumer.subscribe(topic, "*").await?;
+            consumer.subscribe(topic, &tag_expression(tags)).await?;
             consumption.register(&mut consumer, handler);
             consumer.start().await
         };
@@ -108,5 +124,17 @@ impl Subscription {
         if let Some(watch) = self.watch {
             watch.shutdown().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tag_expression_loses_the_spaces_around_its_tags() {
+        assert_eq!(tag_expression("PAID || REFUNDED"), "PAID||REFUNDED");
+        assert_eq!(tag_expression(" PAID"), "PAID");
+        assert_eq!(tag_expression(EVERY_TAG), "*");
     }
 }

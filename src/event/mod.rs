@@ -1,7 +1,11 @@
 //! The unit that flows through the pipeline: one outbox row to publish.
 
+mod extras;
+
 use bytes::Bytes;
 use mysql_async::Value;
+
+pub use extras::{Extras, EXTRA_COLUMNS};
 
 /// One outbox row, as read from the binlog or claimed by the sweep.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +23,23 @@ pub struct OutboxEvent {
     /// the database's local time were UTC (a DATETIME carries no zone); `None` for a
     /// table without the column.
     pub created_local_us: Option<i64>,
+    /// What the row's optional columns add to the message (tag, event type, headers,
+    /// delivery time); `None` when it has none of them, as every row of a table
+    /// without those columns.
+    pub extras: Option<Box<Extras>>,
+}
+
+impl OutboxEvent {
+    /// The row's optional columns (all empty for a plain event).
+    pub fn extras(&self) -> &Extras {
+        self.extras.as_deref().unwrap_or(&Extras::NONE)
+    }
+
+    /// Whether the broker delivers it at a time of its own (a timer message): it is
+    /// sent alone, and its key does not wait for it.
+    pub fn is_timed(&self) -> bool {
+        self.extras().deliver_at_us.is_some()
+    }
 }
 
 /// A DATETIME value as microseconds, read as if it were UTC; `None` for anything else.
@@ -40,6 +61,7 @@ impl OutboxEvent {
             topic: "t".into(),
             payload: Bytes::from_static(b"{}"),
             created_local_us: None,
+            extras: None,
         }
     }
 }
