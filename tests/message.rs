@@ -348,7 +348,7 @@ async fn the_send_of_a_traced_event_is_exported_as_a_span_of_the_rows_trace() {
     assert_eq!(spans.len(), 1, "one span for the one traced event: {spans:?}");
     let span = &spans[0];
     assert_eq!(span.parent_span_id, parent_id, "a child of the row's traceparent");
-    assert_eq!(span.name, format!("publish {}", events.topic));
+    assert_eq!(span.name, format!("send {}", events.topic));
     let attribute = |key: &str| {
         span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| kv.value.clone()).and_then(|v| v.value)
     };

@@ -22,6 +22,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         }
     }
     check_rocketmq(config)?;
+    at_least("rocketmq.timer_max_delay_s", config.rocketmq.timer_max_delay_s, 1)?;
     at_least("lanes.batch_size", config.lanes.batch_size as u64, 1)?;
     check_batch_fits_budget(config)?;
     at_least(

@@ -310,7 +310,7 @@ impl Lane {
         }
     }
 
-    /// One send of `batch` (`events` events); `Ok` on SEND_OK.
+    /// One send of `batch`, the events of `part`; `Ok` on SEND_OK.
     async fn try_send(&self, part: &[LaneEvent], batch: &Prepared) -> Result<(), PublishError> {
         let (started, began) = (std::time::Instant::now(), SystemTime::now());
         // Written, and waited for, only while the term holds: every send checks it first.

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::VerifyConfig;
 use crate::metrics::UpkeepMetrics;
 use crate::rocketmq::{Producer, PublishError, Publisher};
-use crate::store::SENT;
+use crate::store::{delivered_by_now, SENT};
 
 /// How long the key index may trail a stored message.
 const INDEX_LAG: Duration = Duration::from_secs(2);
@@ -87,7 +87,8 @@ impl Verified {
 }
 
 /// Up to `n` SENT rows with an id above `after`, sent at least [`SETTLE_SECS`] ago,
-/// drawn at random from the newest `10 × n` of them.
+/// drawn at random from the newest `10 × n` of them; timed events the broker still
+/// holds in its timer are left out (they are not on their topic yet).
 pub async fn sample(
     pool: &Pool,
     outbox: &OutboxTable,
@@ -95,11 +96,12 @@ pub async fn sample(
     after: u64,
 ) -> Result<Vec<SentRow>, mysql_async::Error> {
     let mut conn = pool.get_conn().await?;
+    let delivered = delivered_by_now(&mut conn, outbox).await?;
     let rows: Vec<(u64, String, String, Option<String>)> = conn
         .exec(
             format!(
                 "SELECT id, event_id, topic, msg_id FROM (\
-                   SELECT id, event_id, topic, msg_id FROM {} WHERE status = {SENT} AND id > ? \
+                   SELECT id, event_id, topic, msg_id FROM {} WHERE status = {SENT} AND id > ?{delivered} \
                    AND sent_at < NOW(3) - INTERVAL {SETTLE_SECS} SECOND ORDER BY id DESC LIMIT {}\
                  ) newest ORDER BY RAND() LIMIT {n}",
                 outbox.qualified(),

@@ -32,6 +32,12 @@ pub(super) fn batch_body(
             if event.topic != topic {
                 return Err(illegal(event, format!("its topic {} is not the batch's, {topic}", event.topic)));
             }
+            if event.is_timed() {
+                return Err(illegal(
+                    event,
+                    "a timed event goes alone: the broker reads no delivery time in a batch".into(),
+                ));
+            }
             check_body(event)?;
             Properties::of(event, term, id)
         })

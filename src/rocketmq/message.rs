@@ -16,7 +16,9 @@ use bytes::BytesMut;
 use cheetah_string::CheetahString;
 use rocketmq_model::common::message::{MessageConst, STRING_HASH_SET};
 
-use outbox_kit::wire::{PROPERTY_BIZ_KEY, PROPERTY_EVENT_ID, PROPERTY_EVENT_TYPE, PROPERTY_RELAY_TERM};
+use outbox_kit::wire::{
+    PROPERTY_BIZ_KEY, PROPERTY_EVENT_ID, PROPERTY_EVENT_TYPE, PROPERTY_RELAY_TERM, RESERVED_PROPERTIES,
+};
 
 use super::PublishError;
 use crate::event::OutboxEvent;
@@ -102,17 +104,6 @@ impl<'a> Properties<'a> {
     }
 }
 
-/// Property names a header may not take besides RocketMQ's own set: those the relay
-/// writes, and the delivery time of RocketMQ's proxy and cloud brokers, which the
-/// client's set leaves out.
-const RELAY_PROPERTIES: [&str; 5] = [
-    PROPERTY_EVENT_ID,
-    PROPERTY_BIZ_KEY,
-    PROPERTY_EVENT_TYPE,
-    PROPERTY_RELAY_TERM,
-    MessageConst::PROPERTY_STARTDE_LIVER_TIME,
-];
-
 /// The `headers` column's pairs: a JSON object whose values are strings, under names
 /// that are neither RocketMQ's own nor the relay's.
 fn parse_headers(json: &str) -> Result<Vec<(String, String)>, String> {
@@ -127,7 +118,7 @@ fn parse_headers(json: &str) -> Result<Vec<(String, String)>, String> {
             if name.is_empty() {
                 return Err("a header has an empty name".to_owned());
             }
-            if STRING_HASH_SET.contains(name.as_str()) || RELAY_PROPERTIES.contains(&name.as_str()) {
+            if STRING_HASH_SET.contains(name.as_str()) || RESERVED_PROPERTIES.contains(&name.as_str()) {
                 return Err(format!("{name:?} is a property name RocketMQ or the relay reserves: rename the header"));
             }
             check_value(&name)
@@ -158,7 +149,9 @@ fn check_value(text: &str) -> Result<(), String> {
 /// (`timerMaxDelaySec`); a time already past is delivered at once.
 pub fn check_delivery_time(event: &OutboxEvent, max_delay: Duration, now: SystemTime) -> Result<(), PublishError> {
     let Some(deliver_at_us) = event.extras().deliver_at_us else { return Ok(()) };
-    let now_us = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |since| since.as_micros() as i64);
+    let now_us = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| i64::try_from(since.as_micros()).unwrap_or(i64::MAX));
     let ahead = Duration::from_micros(u64::try_from(deliver_at_us.saturating_sub(now_us)).unwrap_or(0));
     if ahead > max_delay {
         let problem = format!(

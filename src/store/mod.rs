@@ -22,8 +22,8 @@ pub use instances::{InstanceReport, InstanceRole, InstanceSeen, Instances};
 pub use lease::{LeaseHolder, LeaseRecord, LeaseStore, TermFence, HANDOVER_GRACE};
 pub use orders::{Orders, Paused};
 pub use schema::{
-    check_migrated, has_index, migrate, planned, MigrateError, MigrationReport, NotMigrated, PartitionPlan,
-    PartitionRefused, CLAIM_INDEX, KEY_ORDER_INDEX,
+    check_migrated, delivered_by_now, has_index, migrate, planned, MigrateError, MigrationReport, NotMigrated,
+    PartitionPlan, PartitionRefused, CLAIM_INDEX, KEY_ORDER_INDEX,
 };
 pub use sent::{Sent, SentConn, SentStore};
 pub use status::{Backlog, StatusStore};

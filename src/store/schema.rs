@@ -462,6 +462,19 @@ async fn add_missing(
     Ok(added)
 }
 
+/// A condition on the outbox table that leaves out timed events the broker has not
+/// delivered yet (they sit in its timer, found neither on their topic nor by a
+/// consumer); empty for a table without `deliver_at`.
+pub async fn delivered_by_now(conn: &mut Conn, outbox: &OutboxTable) -> Result<&'static str, mysql_async::Error> {
+    let found: Option<String> = conn
+        .exec_first(
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = 'deliver_at'",
+            (&outbox.schema, &outbox.table),
+        )
+        .await?;
+    Ok(if found.is_some() { " AND (deliver_at IS NULL OR deliver_at <= UTC_TIMESTAMP(3))" } else { "" })
+}
+
 /// Whether the outbox table has the index `name` (`migrate` adds the relay's).
 pub async fn has_index(
     conn: &mut mysql_async::Conn,

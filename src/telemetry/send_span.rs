@@ -1,6 +1,6 @@
 //! One span per traced event of a send: a child of the trace context the row's
-//! headers carry, from the send's start to the broker's answer, named and described
-//! as OpenTelemetry's messaging conventions say a producer's publish is.
+//! headers carry, from the send's start to the broker's answer, a PRODUCER span named
+//! `send TOPIC` with the messaging attributes tracing back-ends group producers by.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -13,8 +13,10 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use super::export::exporting;
 use crate::event::OutboxEvent;
 
-/// The headers a trace context travels in (W3C Trace Context).
-const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
+/// The header that names the trace and the parent span.
+const TRACEPARENT: &str = "traceparent";
+/// The headers a trace context travels in: the parent, and vendors' state beside it.
+const TRACE_HEADERS: [&str; 2] = [TRACEPARENT, "tracestate"];
 
 /// How a send ended, for its spans.
 pub(crate) enum SendOutcome<'a> {
@@ -41,7 +43,7 @@ pub(crate) fn record_send<'a>(
         let Some(parent) = parent_of(event) else { continue };
         let mut attributes = vec![
             KeyValue::new("messaging.system", "rocketmq"),
-            KeyValue::new("messaging.operation.type", "publish"),
+            KeyValue::new("messaging.operation.type", "send"),
             KeyValue::new("messaging.destination.name", topic.to_owned()),
             KeyValue::new("messaging.rocketmq.message.keys", keys(event)),
             KeyValue::new("outbox.event_id", event.event_id.clone()),
@@ -53,7 +55,7 @@ pub(crate) fn record_send<'a>(
             }
         }
         let span = tracer
-            .span_builder(format!("publish {topic}"))
+            .span_builder(format!("send {topic}"))
             .with_kind(SpanKind::Producer)
             .with_start_time(started)
             .with_attributes(attributes)
@@ -75,7 +77,7 @@ fn keys(event: &OutboxEvent) -> Value {
 /// The trace context in `event`'s headers, if it carries a valid one.
 fn parent_of(event: &OutboxEvent) -> Option<Context> {
     let headers = event.extras().headers.as_deref()?;
-    if !headers.contains(TRACE_HEADERS[0]) {
+    if !headers.contains(TRACEPARENT) {
         return None;
     }
     let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(headers).ok()?;

@@ -15,3 +15,9 @@ pub const PROPERTY_BIZ_KEY: &str = "biz_key";
 pub const PROPERTY_RELAY_TERM: &str = "relay_term";
 /// User property holding the event's type (the outbox row's `event_type` column).
 pub const PROPERTY_EVENT_TYPE: &str = "event_type";
+
+/// Property names a header may not take besides the RocketMQ client's own reserved set:
+/// those the relay writes, and the delivery time of RocketMQ's proxy and cloud brokers,
+/// which that set leaves out.
+pub const RESERVED_PROPERTIES: [&str; 5] =
+    [PROPERTY_EVENT_ID, PROPERTY_BIZ_KEY, PROPERTY_EVENT_TYPE, PROPERTY_RELAY_TERM, "__STARTDELIVERTIME"];

@@ -21,6 +21,8 @@ enum Kind {
     /// Text, JSON or bytes (the message body).
     Payload,
     Time,
+    /// DATETIME only: a value read as UTC whatever the session's time zone.
+    Datetime,
 }
 
 impl Kind {
@@ -34,6 +36,7 @@ impl Kind {
             Kind::Text => TEXT.contains(&data_type),
             Kind::Payload => data_type == "json" || TEXT.contains(&data_type) || BYTES.contains(&data_type),
             Kind::Time => ["datetime", "timestamp"].contains(&data_type),
+            Kind::Datetime => data_type == "datetime",
         }
     }
 
@@ -43,6 +46,7 @@ impl Kind {
             Kind::Text => "text",
             Kind::Payload => "text, JSON or bytes",
             Kind::Time => "DATETIME or TIMESTAMP",
+            Kind::Datetime => "DATETIME (UTC)",
         }
     }
 }
@@ -67,7 +71,7 @@ const COLUMNS: [(&str, Kind); 14] = [
 ];
 
 /// What each optional message column must hold, in `EXTRA_COLUMNS` order.
-const EXTRA_KINDS: [Kind; 4] = [Kind::Text, Kind::Text, Kind::Payload, Kind::Time];
+const EXTRA_KINDS: [Kind; 4] = [Kind::Text, Kind::Text, Kind::Payload, Kind::Datetime];
 
 /// The outbox table, its indexes and the migrations on the primary, and how rows
 /// are claimed there.

@@ -31,7 +31,7 @@ use outbox_kit::OutboxTable;
 use crate::config::DbUrl;
 pub use crate::config::DedupTable;
 use crate::db::DbError;
-use crate::store::SENT;
+use crate::store::{delivered_by_now, SENT};
 
 /// Rows read per statement, and event_ids looked up per `IN (...)`.
 const CHUNK: usize = 5_000;
@@ -202,13 +202,15 @@ impl Reconcile<'_> {
         };
 
         let (outbox, dedup) = (self.outbox.qualified(), self.dedup.qualified());
+        // Timed events the broker still holds cannot have reached the consumer yet.
+        let delivered = delivered_by_now(&mut primary, self.outbox).await.map_err(|e| self.primary.failed(e))?;
         let mut after_id = 0u64;
         loop {
             let rows: Vec<(u64, String, bool)> = primary
                 .exec(
                     format!(
                         "SELECT id, event_id, COALESCE(sent_at, created_at) >= ? AND COALESCE(sent_at, created_at) < ? \
-                         FROM {outbox} WHERE status = {SENT} AND id > ? ORDER BY id LIMIT {CHUNK}"
+                         FROM {outbox} WHERE status = {SENT} AND id > ?{delivered} ORDER BY id LIMIT {CHUNK}"
                     ),
                     (&outbox_window.0, &outbox_window.1, after_id),
                 )

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_model::common::message::STRING_HASH_SET;
 
-use crate::wire::{PROPERTY_BIZ_KEY, PROPERTY_EVENT_ID, PROPERTY_EVENT_TYPE, PROPERTY_RELAY_TERM};
+use crate::wire::{PROPERTY_BIZ_KEY, PROPERTY_EVENT_ID, PROPERTY_EVENT_TYPE, PROPERTY_RELAY_TERM, RESERVED_PROPERTIES};
 
 /// The W3C trace context header a producer's trace continues under.
 pub const TRACEPARENT: &str = "traceparent";
@@ -88,8 +88,7 @@ impl Delivery {
 
 /// Whether a property came from the row's `headers`.
 fn is_header(name: &str) -> bool {
-    const RELAY: [&str; 4] = [PROPERTY_EVENT_ID, PROPERTY_BIZ_KEY, PROPERTY_EVENT_TYPE, PROPERTY_RELAY_TERM];
-    !STRING_HASH_SET.contains(name) && !RELAY.contains(&name)
+    !STRING_HASH_SET.contains(name) && !RESERVED_PROPERTIES.contains(&name)
 }
 
 /// What the handler decided about one delivery.
