@@ -21,16 +21,19 @@ pub enum Role {
     /// Every replica of the stack (the relay's source and the others): what applying
     /// the primary's binlog costs.
     Replicas,
+    /// Every broker process: broker-a, its slave and broker-b.
     Broker,
 }
 
 /// The stack's pid files of each role (under `scripts/stack`'s state directory).
-const STACK_PIDS: [(Role, &str); 5] = [
+const STACK_PIDS: [(Role, &str); 7] = [
     (Role::Primary, "mariadb.pid"),
     (Role::Replicas, "replica.pid"),
     (Role::Replicas, "replica2.pid"),
     (Role::Replicas, "bare.pid"),
     (Role::Broker, "broker.pid"),
+    (Role::Broker, "broker-a-slave.pid"),
+    (Role::Broker, "broker-b.pid"),
 ];
 
 /// Which processes to read.
